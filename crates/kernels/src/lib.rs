@@ -1,1 +1,26 @@
-//! tf-kernels
+//! Row-exact compute kernels.
+//!
+//! The contract (design guide §2): the bits of output row r depend only on input row r and on
+//! committed state, never on how many rows share the call, which thread ran it or how a prompt was
+//! chunked. Every op has a scalar oracle (`reference` items) and fast SIMD versions that produce the
+//! same bits; tests compare them bitwise.
+//!
+//! * [`canon`]: the canonical f32 reduction (16-lane FMA dot) and exponential that every float
+//!   reduction in the project uses.
+//! * [`actq`]: per-row q8 activation quantization (one rounding rule).
+//! * [`matmul`]: quantized and float matrix products, split over output columns only.
+//! * [`ops`]: RMSNorm, RoPE, SwiGLU.
+//! * [`attention`] over the paged KV cache ([`kv`]) with the canonical key-chunk order.
+//! * [`pool`]: the persistent worker pool.
+
+pub mod actq;
+pub mod attention;
+pub mod canon;
+pub mod cpu;
+pub mod kv;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+
+pub use cpu::{detect, SimdLevel};
+pub use pool::ThreadPool;

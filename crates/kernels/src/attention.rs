@@ -1,0 +1,174 @@
+//! Attention over the paged KV cache with the canonical key-chunk order (design guide §2.3).
+//!
+//! For a query at position p the visible keys are visited in chunks of [`KEY_CHUNK`] from position
+//! 0. Inside a chunk: scores by the canonical dot, the chunk max, `e = exp(s - m)`, the chunk sum
+//! and value sums in ascending key order (one FMA per key and dimension). Chunks are merged in
+//! ascending order with one formula. Decode, verify and chunked prefill all run exactly this, so a
+//! row's output does not depend on what else is in the call.
+
+use crate::canon;
+use crate::kv::KvLayer;
+use crate::pool::{SharedOut, ThreadPool};
+use crate::SimdLevel;
+use tf_core::BlockId;
+
+/// Keys per canonical chunk.
+pub const KEY_CHUNK: usize = 32;
+
+/// What one query row attends to.
+#[derive(Clone, Copy)]
+pub struct RowKeys<'a> {
+    /// The sequence's block table.
+    pub table: &'a [BlockId],
+    /// Keys at positions `0..n_keys` are candidates (the row's own position is `n_keys - 1`).
+    pub n_keys: usize,
+    /// Optional visibility of candidate keys (tree drafts); `None` = all visible. Masked keys are
+    /// skipped, never multiplied by zero.
+    pub visible: Option<&'a [bool]>,
+}
+
+pub struct AttnShape {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+}
+
+/// `out[r]` = attention of query row `q[r]` (all heads) over its keys.
+pub fn attention(
+    pool: &ThreadPool,
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    rows: &[RowKeys],
+    kv: KvLayer,
+    out: &mut [f32],
+) {
+    let qd = shape.n_heads * shape.head_dim;
+    assert_eq!(q.len(), rows.len() * qd);
+    assert_eq!(out.len(), rows.len() * qd);
+    let dst = SharedOut(out.as_mut_ptr());
+    let jobs = rows.len() * shape.n_heads;
+    pool.for_ranges(jobs, 1, &|range| {
+        let mut o = vec![0f32; shape.head_dim];
+        for job in range {
+            let (r, h) = (job / shape.n_heads, job % shape.n_heads);
+            let qh = &q[r * qd + h * shape.head_dim..r * qd + (h + 1) * shape.head_dim];
+            head(level, shape, qh, h, &rows[r], &kv, &mut o);
+            for (d, v) in o.iter().enumerate() {
+                // SAFETY: each (row, head) job writes its own slice of `out`.
+                unsafe { dst.write(r * qd + h * shape.head_dim + d, *v) };
+            }
+        }
+    });
+}
+
+/// One head of one query row: the canonical algorithm.
+fn head(
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    h: usize,
+    keys: &RowKeys,
+    kv: &KvLayer,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if level >= SimdLevel::Avx2 {
+        // SAFETY: AVX2+FMA were detected; the body is the same portable code compiled with FMA.
+        unsafe { head_fma(level, shape, q, h, keys, kv, out) };
+        return;
+    }
+    head_body(level, shape, q, h, keys, kv, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn head_fma(
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    h: usize,
+    keys: &RowKeys,
+    kv: &KvLayer,
+    out: &mut [f32],
+) {
+    head_body(level, shape, q, h, keys, kv, out)
+}
+
+#[inline(always)]
+fn head_body(
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    h: usize,
+    keys: &RowKeys,
+    kv: &KvLayer,
+    out: &mut [f32],
+) {
+    let hd = shape.head_dim;
+    let kvh = h / (shape.n_heads / shape.n_kv_heads);
+    let mut big_m = f32::NEG_INFINITY;
+    let mut big_l = 0f32;
+    out.fill(0.0);
+    let mut oc = [0f32; 256];
+    let oc = &mut oc[..hd];
+    let mut scores = [0f32; KEY_CHUNK];
+    let mut first = true;
+    for c0 in (0..keys.n_keys).step_by(KEY_CHUNK) {
+        let c1 = (c0 + KEY_CHUNK).min(keys.n_keys);
+        let mut m = f32::NEG_INFINITY;
+        let mut any = false;
+        for p in c0..c1 {
+            if let Some(vis) = keys.visible {
+                if !vis[p] {
+                    continue;
+                }
+            }
+            let off = kv.offset(keys.table, p) + kvh * hd;
+            let s = canon::dot(level, q, &kv.k[off..off + hd]) * shape.scale;
+            scores[p - c0] = s;
+            m = m.max(s);
+            any = true;
+        }
+        if !any {
+            continue;
+        }
+        let mut l = 0f32;
+        oc.fill(0.0);
+        for p in c0..c1 {
+            if let Some(vis) = keys.visible {
+                if !vis[p] {
+                    continue;
+                }
+            }
+            let e = canon::exp(scores[p - c0] - m);
+            l += e;
+            let off = kv.offset(keys.table, p) + kvh * hd;
+            let v = &kv.v[off..off + hd];
+            for d in 0..hd {
+                oc[d] = e.mul_add(v[d], oc[d]);
+            }
+        }
+        if first {
+            big_m = m;
+            big_l = l;
+            out.copy_from_slice(oc);
+            first = false;
+        } else {
+            let nm = big_m.max(m);
+            let a = canon::exp(big_m - nm);
+            let b = canon::exp(m - nm);
+            big_l = big_l * a + l * b;
+            for d in 0..hd {
+                out[d] = out[d] * a + oc[d] * b;
+            }
+            big_m = nm;
+        }
+    }
+    if big_l > 0.0 {
+        for v in out.iter_mut() {
+            *v /= big_l;
+        }
+    }
+}

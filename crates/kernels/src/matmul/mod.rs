@@ -1,0 +1,195 @@
+//! Matrix products `out[r][c] = dot(x[r], w[c])` for every weight type.
+//!
+//! Work is split over output columns only (each thread owns whole dot products), and every dot
+//! product is computed by the same code whatever the number of rows: row-exact by construction.
+
+pub mod reference;
+pub mod unpack;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+use crate::actq::{ActBlock, QuantAct};
+use crate::canon;
+use crate::pool::{SharedOut, ThreadPool};
+use crate::SimdLevel;
+use half::{bf16, f16};
+use std::cell::RefCell;
+use std::sync::OnceLock;
+use tf_core::DType;
+
+/// A weight matrix of `n` rows (output features) of `k` values each, in its stored type.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightMatrix<'a> {
+    pub dtype: DType,
+    pub k: usize,
+    pub n: usize,
+    pub data: &'a [u8],
+}
+
+impl<'a> WeightMatrix<'a> {
+    /// `None` when the byte length does not match `n` rows of `k` values of `dtype`.
+    pub fn new(dtype: DType, k: usize, n: usize, data: &'a [u8]) -> Option<Self> {
+        let row = dtype.bytes_for(k)?;
+        (row.checked_mul(n)? == data.len()).then_some(WeightMatrix { dtype, k, n, data })
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.data.len() / self.n.max(1)
+    }
+
+    pub fn row(&self, c: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.data[c * rb..(c + 1) * rb]
+    }
+}
+
+/// Which activation quantization a weight type consumes (`None`: float weights, f32 activations).
+pub fn act_block(dtype: DType) -> Option<ActBlock> {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => None,
+        d if d.block_elems() == 32 => Some(ActBlock::B32),
+        _ => Some(ActBlock::B256),
+    }
+}
+
+/// Activation rows with their quantized forms made on first use, so that several matmuls reading
+/// the same input (q/k/v, gate/up) quantize it once.
+pub struct Activations<'a> {
+    pub level: SimdLevel,
+    pub x: &'a [f32],
+    pub rows: usize,
+    pub k: usize,
+    q32: OnceLock<QuantAct>,
+    q256: OnceLock<QuantAct>,
+}
+
+impl<'a> Activations<'a> {
+    pub fn new(level: SimdLevel, x: &'a [f32], rows: usize, k: usize) -> Self {
+        assert_eq!(x.len(), rows * k);
+        Activations {
+            level,
+            x,
+            rows,
+            k,
+            q32: OnceLock::new(),
+            q256: OnceLock::new(),
+        }
+    }
+
+    pub fn quant(&self, block: ActBlock) -> &QuantAct {
+        let cell = match block {
+            ActBlock::B32 => &self.q32,
+            ActBlock::B256 => &self.q256,
+        };
+        cell.get_or_init(|| QuantAct::new(self.level, block, self.x, self.rows, self.k))
+    }
+}
+
+type QDot = unsafe fn(&[u8], &QuantAct, usize) -> f32;
+
+fn quant_kernel(level: SimdLevel, dtype: DType) -> Option<QDot> {
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx512Vnni {
+        return match dtype {
+            DType::Q4K => Some(avx512::dot_q4k),
+            DType::Q6K => Some(avx512::dot_q6k),
+            DType::Q4_0 => Some(avx512::dot_q4_0),
+            DType::Q4_1 => Some(avx512::dot_q4_1),
+            DType::Q5_0 => Some(avx512::dot_q5_0),
+            DType::Q5_1 => Some(avx512::dot_q5_1),
+            DType::Q8_0 => Some(avx512::dot_q8_0),
+            _ => None,
+        };
+    }
+    let _ = (level, dtype);
+    None
+}
+
+/// Rows of activations handled together per weight column: the column's weights stay in L1
+/// while these rows stream past.
+const ROW_CHUNK: usize = 64;
+
+/// `out[r * w.n + c] = x[r] · w[c]` for all rows r and columns c.
+pub fn matmul(pool: &ThreadPool, w: &WeightMatrix, x: &Activations, out: &mut [f32]) {
+    assert_eq!(w.k, x.k, "matmul: k mismatch");
+    assert_eq!(out.len(), x.rows * w.n, "matmul: output size");
+    matmul_cols(pool, w, x, out, 0..w.n, w.n);
+}
+
+/// Like [`matmul`] for columns `cols` of `w` only, written to `out[r * out_stride + (c - cols.start)]`.
+pub fn matmul_cols(
+    pool: &ThreadPool,
+    w: &WeightMatrix,
+    x: &Activations,
+    out: &mut [f32],
+    cols: std::ops::Range<usize>,
+    out_stride: usize,
+) {
+    let level = x.level;
+    let rows = x.rows;
+    let base = cols.start;
+    let dst = SharedOut(out.as_mut_ptr());
+    assert!(out.len() >= rows.saturating_sub(1) * out_stride + cols.len());
+    match act_block(w.dtype) {
+        Some(block) => {
+            let xq = x.quant(block);
+            let fast = quant_kernel(level, w.dtype);
+            pool.for_ranges(cols.len(), 8, &|range| {
+                for r0 in (0..rows).step_by(ROW_CHUNK) {
+                    let r1 = (r0 + ROW_CHUNK).min(rows);
+                    for c in range.clone() {
+                        let wrow = w.row(base + c);
+                        for r in r0..r1 {
+                            let v = match fast {
+                                // SAFETY: the kernel's features were detected on this CPU.
+                                Some(f) => unsafe { f(wrow, xq, r) },
+                                None => reference::dot_ref(w.dtype, wrow, xq, r),
+                            };
+                            // SAFETY: columns are split between threads, rows*stride in bounds.
+                            unsafe { dst.write(r * out_stride + c, v) };
+                        }
+                    }
+                }
+            });
+        }
+        None => {
+            pool.for_ranges(cols.len(), 8, &|range| {
+                thread_local! { static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) }; }
+                ROW.with(|buf| {
+                    let mut buf = buf.borrow_mut();
+                    buf.resize(w.k, 0.0);
+                    for c in range.clone() {
+                        let wrow: &[f32] = match w.dtype {
+                            DType::F32 => {
+                                let bytes = w.row(base + c);
+                                for (o, ch) in buf.iter_mut().zip(bytes.chunks_exact(4)) {
+                                    *o = f32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]);
+                                }
+                                &buf
+                            }
+                            DType::F16 | DType::BF16 => {
+                                let bytes = w.row(base + c);
+                                for (o, ch) in buf.iter_mut().zip(bytes.chunks_exact(2)) {
+                                    let bits = u16::from_le_bytes([ch[0], ch[1]]);
+                                    *o = if w.dtype == DType::F16 {
+                                        f16::from_bits(bits).to_f32()
+                                    } else {
+                                        bf16::from_bits(bits).to_f32()
+                                    };
+                                }
+                                &buf
+                            }
+                            _ => unreachable!(),
+                        };
+                        for r in 0..rows {
+                            let v = canon::dot(level, wrow, &x.x[r * x.k..(r + 1) * x.k]);
+                            // SAFETY: as above.
+                            unsafe { dst.write(r * out_stride + c, v) };
+                        }
+                    }
+                });
+            });
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Integer view of one quant block: the signed integer value of every element and the integer
+//! scale (and min) of every group of 16 elements, plus the block's float factors. The scalar
+//! reference kernel is written on top of this view, so every type's dot product follows one
+//! formula; the SIMD kernels decode the same bits their own way.
+//!
+//! Layouts are those of ggml's block structs; the dequantizer in `tf-weights` (checked against an
+//! independent implementation) is the test oracle for these decoders.
+
+use half::f16;
+use tf_core::DType;
+
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+/// How a block's float factors enter the dot product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `acc + (d*dx) * isum`
+    Scale,
+    /// `acc + ((d*dx) * isum - (dmin*dx) * msum)`, msum = Σ min_g * xsum_g (k-quants with mins)
+    ScaleMinusMin,
+    /// `acc + ((d*dx) * isum + (m*dx) * xsum)` (Q4_1, Q5_1)
+    ScalePlusMin,
+}
+
+/// A decoded k-quant super-block (256 values, 16 groups of 16).
+pub struct KBlock {
+    pub q: [i8; 256],
+    pub scale: [i32; 16],
+    pub min: [i32; 16],
+    pub d: f32,
+    pub dmin: f32,
+    pub shape: Shape,
+}
+
+/// A decoded legacy block (32 values).
+pub struct LBlock {
+    pub q: [i8; 32],
+    pub d: f32,
+    pub m: f32,
+    pub shape: Shape,
+}
+
+/// The 6-bit scale and min of group `j` (0..8) of a Q4_K/Q5_K block.
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        (
+            (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
+    }
+}
+
+pub fn unpack_k(dtype: DType, b: &[u8]) -> KBlock {
+    let mut k = KBlock {
+        q: [0; 256],
+        scale: [0; 16],
+        min: [0; 16],
+        d: 0.0,
+        dmin: 0.0,
+        shape: Shape::Scale,
+    };
+    match dtype {
+        DType::Q2K => {
+            let (scales, qs) = (&b[0..16], &b[16..80]);
+            k.d = f16_at(b, 80);
+            k.dmin = f16_at(b, 82);
+            k.shape = Shape::ScaleMinusMin;
+            for g in 0..16 {
+                k.scale[g] = (scales[g] & 0xF) as i32;
+                k.min[g] = (scales[g] >> 4) as i32;
+            }
+            for n in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        k.q[128 * n + 32 * j + l] = ((qs[32 * n + l] >> (2 * j)) & 3) as i8;
+                    }
+                }
+            }
+        }
+        DType::Q3K => {
+            let (hmask, qs, sc) = (&b[0..32], &b[32..96], &b[96..108]);
+            k.d = f16_at(b, 108);
+            let a0 = u32::from_le_bytes([sc[0], sc[1], sc[2], sc[3]]);
+            let a1 = u32::from_le_bytes([sc[4], sc[5], sc[6], sc[7]]);
+            let t = u32::from_le_bytes([sc[8], sc[9], sc[10], sc[11]]);
+            const M1: u32 = 0x0303_0303;
+            const M2: u32 = 0x0f0f_0f0f;
+            let aux = [
+                (a0 & M2) | ((t & M1) << 4),
+                (a1 & M2) | (((t >> 2) & M1) << 4),
+                ((a0 >> 4) & M2) | (((t >> 4) & M1) << 4),
+                ((a1 >> 4) & M2) | (((t >> 6) & M1) << 4),
+            ];
+            for g in 0..16 {
+                let byte = (aux[g / 4] >> (8 * (g % 4))) as u8;
+                k.scale[g] = byte as i8 as i32 - 32;
+            }
+            for n in 0..2 {
+                for j in 0..4 {
+                    let bit = 1u8 << (4 * n + j);
+                    for l in 0..32 {
+                        let low = ((qs[32 * n + l] >> (2 * j)) & 3) as i8;
+                        let high = if hmask[l] & bit != 0 { 0 } else { 4 };
+                        k.q[128 * n + 32 * j + l] = low - high;
+                    }
+                }
+            }
+        }
+        DType::Q4K | DType::Q5K => {
+            k.d = f16_at(b, 0);
+            k.dmin = f16_at(b, 2);
+            k.shape = Shape::ScaleMinusMin;
+            let sc = &b[4..16];
+            let (qh, qs): (Option<&[u8]>, &[u8]) = if dtype == DType::Q5K {
+                (Some(&b[16..48]), &b[48..176])
+            } else {
+                (None, &b[16..144])
+            };
+            for j in 0..4 {
+                for half in 0..2 {
+                    let (s, m) = scale_min_k4(2 * j + half, sc);
+                    k.scale[4 * j + 2 * half] = s as i32;
+                    k.scale[4 * j + 2 * half + 1] = s as i32;
+                    k.min[4 * j + 2 * half] = m as i32;
+                    k.min[4 * j + 2 * half + 1] = m as i32;
+                }
+                for l in 0..32 {
+                    let byte = qs[32 * j + l];
+                    let (mut lo, mut hi) = (byte & 0xF, byte >> 4);
+                    if let Some(qh) = qh {
+                        lo |= ((qh[l] >> (2 * j)) & 1) << 4;
+                        hi |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+                    }
+                    k.q[64 * j + l] = lo as i8;
+                    k.q[64 * j + 32 + l] = hi as i8;
+                }
+            }
+        }
+        DType::Q6K => {
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            k.d = f16_at(b, 208);
+            for g in 0..16 {
+                k.scale[g] = sc[g] as i8 as i32;
+            }
+            for n in 0..2 {
+                let (ql, qh) = (&ql[64 * n..], &qh[32 * n..]);
+                for l in 0..32 {
+                    let v = |low: u8, shift: u32| (low | (((qh[l] >> shift) & 3) << 4)) as i8 - 32;
+                    k.q[128 * n + l] = v(ql[l] & 0xF, 0);
+                    k.q[128 * n + 32 + l] = v(ql[l + 32] & 0xF, 2);
+                    k.q[128 * n + 64 + l] = v(ql[l] >> 4, 4);
+                    k.q[128 * n + 96 + l] = v(ql[l + 32] >> 4, 6);
+                }
+            }
+        }
+        _ => panic!("unpack_k: {dtype} is not a k-quant"),
+    }
+    k
+}
+
+pub fn unpack_legacy(dtype: DType, b: &[u8]) -> LBlock {
+    let mut out = LBlock {
+        q: [0; 32],
+        d: f16_at(b, 0),
+        m: 0.0,
+        shape: Shape::Scale,
+    };
+    match dtype {
+        DType::Q4_0 | DType::Q4_1 => {
+            let (qs, offset) = if dtype == DType::Q4_0 {
+                (&b[2..18], 8)
+            } else {
+                out.m = f16_at(b, 2);
+                out.shape = Shape::ScalePlusMin;
+                (&b[4..20], 0)
+            };
+            for j in 0..16 {
+                out.q[j] = (qs[j] & 0xF) as i8 - offset;
+                out.q[j + 16] = (qs[j] >> 4) as i8 - offset;
+            }
+        }
+        DType::Q5_0 | DType::Q5_1 => {
+            let (qh_at, qs_at, offset) = if dtype == DType::Q5_0 {
+                (2, 6, 16)
+            } else {
+                out.m = f16_at(b, 2);
+                out.shape = Shape::ScalePlusMin;
+                (4, 8, 0)
+            };
+            let qh = u32::from_le_bytes([b[qh_at], b[qh_at + 1], b[qh_at + 2], b[qh_at + 3]]);
+            let qs = &b[qs_at..qs_at + 16];
+            for j in 0..16 {
+                let h0 = ((qh >> j) & 1) as u8;
+                let h1 = ((qh >> (j + 16)) & 1) as u8;
+                out.q[j] = ((qs[j] & 0xF) | (h0 << 4)) as i8 - offset;
+                out.q[j + 16] = ((qs[j] >> 4) | (h1 << 4)) as i8 - offset;
+            }
+        }
+        DType::Q8_0 => {
+            for j in 0..32 {
+                out.q[j] = b[2 + j] as i8;
+            }
+        }
+        _ => panic!("unpack_legacy: {dtype} is not a legacy quant"),
+    }
+    out
+}

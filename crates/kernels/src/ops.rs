@@ -1,0 +1,146 @@
+//! Small row-wise ops: RMSNorm, RoPE, SwiGLU (re-exported from [`canon`]). Each output row reads
+//! only its own input row, with fixed operation order.
+
+use crate::canon;
+use crate::SimdLevel;
+
+pub use canon::swiglu;
+
+/// `out = x / sqrt(mean(x²) + eps) * weight`, with the canonical dot for the sum of squares.
+pub fn rms_norm(level: SimdLevel, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len();
+    assert!(weight.len() == n && out.len() == n);
+    let ss = canon::dot(level, x, x);
+    let r = 1.0 / (ss / n as f32 + eps).sqrt();
+    for i in 0..n {
+        out[i] = (x[i] * r) * weight[i];
+    }
+}
+
+/// In-place RMSNorm of each `dim`-sized slice of `x` (per-head q/k norms).
+pub fn rms_norm_heads(level: SimdLevel, x: &mut [f32], weight: &[f32], eps: f32) {
+    let dim = weight.len();
+    let mut tmp = vec![0f32; dim];
+    for head in x.chunks_exact_mut(dim) {
+        rms_norm(level, head, weight, eps, &mut tmp);
+        head.copy_from_slice(&tmp);
+    }
+}
+
+/// How rotary pairs are formed within a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs (2i, 2i+1): llama weights as stored in GGUF.
+    Interleaved,
+    /// Pairs (i, i + rot_dim/2): Qwen2/3, and HF-layout llama weights.
+    Neox,
+}
+
+/// Precomputed cos/sin for every position below `max_pos` (computed in f64, rounded once).
+pub struct RopeTable {
+    rot_dim: usize,
+    base: f64,
+    max_pos: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeTable {
+    pub fn new(rot_dim: usize, base: f32, max_pos: usize) -> RopeTable {
+        let half = rot_dim / 2;
+        let mut t = RopeTable {
+            rot_dim,
+            base: base as f64,
+            max_pos,
+            cos: vec![0.0; max_pos * half],
+            sin: vec![0.0; max_pos * half],
+        };
+        for p in 0..max_pos {
+            for i in 0..half {
+                let (c, s) = t.angle(p, i);
+                t.cos[p * half + i] = c;
+                t.sin[p * half + i] = s;
+            }
+        }
+        t
+    }
+
+    fn angle(&self, pos: usize, i: usize) -> (f32, f32) {
+        let theta = self.base.powf(-2.0 * i as f64 / self.rot_dim as f64);
+        let a = pos as f64 * theta;
+        (a.cos() as f32, a.sin() as f32)
+    }
+
+    pub fn rot_dim(&self) -> usize {
+        self.rot_dim
+    }
+
+    /// Rotates every head (`head_dim` values each) of `x` for position `pos`.
+    pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize, style: RopeStyle) {
+        let half = self.rot_dim / 2;
+        let mut cs = [(0f32, 0f32); 256];
+        for (i, slot) in cs.iter_mut().enumerate().take(half) {
+            *slot = if pos < self.max_pos {
+                (self.cos[pos * half + i], self.sin[pos * half + i])
+            } else {
+                self.angle(pos, i)
+            };
+        }
+        for head in x.chunks_exact_mut(head_dim) {
+            for (i, &(c, s)) in cs.iter().enumerate().take(half) {
+                let (a, b) = match style {
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    RopeStyle::Neox => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_levels_agree() {
+        let x: Vec<f32> = (0..1537)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let w: Vec<f32> = (0..1537).map(|i| 1.0 + (i % 13) as f32 / 10.0).collect();
+        let mut want = vec![0f32; x.len()];
+        rms_norm(SimdLevel::Scalar, &x, &w, 1e-6, &mut want);
+        for level in SimdLevel::available() {
+            let mut got = vec![0f32; x.len()];
+            rms_norm(level, &x, &w, 1e-6, &mut got);
+            assert!(got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+
+    #[test]
+    fn rope_table_matches_direct_and_styles_relate() {
+        let t = RopeTable::new(64, 10000.0, 100);
+        let x: Vec<f32> = (0..128).map(|i| i as f32 / 10.0).collect();
+        // Beyond the table the same f64 formula is used.
+        let big = RopeTable::new(64, 10000.0, 200);
+        let mut a = x.clone();
+        let mut b = x.clone();
+        t.apply(&mut a, 64, 150, RopeStyle::Neox);
+        big.apply(&mut b, 64, 150, RopeStyle::Neox);
+        assert_eq!(a, b);
+        // Interleaved on permuted data equals Neox on the original, permuted.
+        let perm: Vec<usize> = (0..32).flat_map(|i| [i, i + 32]).collect();
+        let xp: Vec<f32> = perm.iter().map(|&j| x[j]).collect();
+        let mut n = x[..64].to_vec();
+        let mut i = xp.clone();
+        t.apply(&mut n, 64, 7, RopeStyle::Neox);
+        t.apply(&mut i, 64, 7, RopeStyle::Interleaved);
+        let np: Vec<f32> = perm.iter().map(|&j| n[j]).collect();
+        assert_eq!(np, i);
+    }
+}

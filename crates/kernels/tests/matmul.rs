@@ -1,0 +1,115 @@
+//! Matmul conformance (every SIMD level equals the scalar oracle bit for bit) and row invariance
+//! (a row alone equals the same row inside any larger call, any thread count).
+
+mod common;
+use common::*;
+use tf_core::DType;
+use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
+use tf_kernels::{SimdLevel, ThreadPool};
+
+fn run(level: SimdLevel, pool: &ThreadPool, w: &WeightMatrix, x: &[f32], rows: usize) -> Vec<f32> {
+    let acts = Activations::new(level, x, rows, w.k);
+    let mut out = vec![0f32; rows * w.n];
+    matmul(pool, w, &acts, &mut out);
+    out
+}
+
+#[test]
+fn every_level_equals_the_reference() {
+    let pool = ThreadPool::new(2);
+    for dtype in DType::ALL {
+        for (k, n) in [(256usize, 9usize), (512, 17), (1536, 40)] {
+            let mut rng = Rng(k as u64 * 31 + dtype.ggml_id() as u64);
+            let wb = weights(&mut rng, dtype, k * n);
+            let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+            let rows = 3;
+            let x = activations(&mut rng, rows * k);
+            let want = run(SimdLevel::Scalar, &pool, &w, &x, rows);
+            assert!(want.iter().all(|v| v.is_finite()), "{dtype}");
+            for level in SimdLevel::available() {
+                let got = run(level, &pool, &w, &x, rows);
+                assert!(bits_eq(&got, &want), "{dtype} k={k} {level:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_are_invariant_to_batch_offset_and_threads() {
+    let level = tf_kernels::detect();
+    let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+    for dtype in [
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q5_0,
+        DType::Q8_0,
+        DType::Q4_1,
+        DType::F32,
+        DType::F16,
+    ] {
+        let (k, n) = (512, 24);
+        let mut rng = Rng(1000 + dtype.ggml_id() as u64);
+        let wb = weights(&mut rng, dtype, k * n);
+        let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+        let total = 70;
+        let x = activations(&mut rng, total * k);
+        // Each row alone.
+        let alone: Vec<Vec<f32>> = (0..total)
+            .map(|r| run(level, &pools[0], &w, &x[r * k..(r + 1) * k], 1))
+            .collect();
+        for trial in 0..12 {
+            let rows = 2 + rng.below(63);
+            let start = rng.below(total - rows + 1);
+            let pool = &pools[trial % 3];
+            let got = run(level, pool, &w, &x[start * k..(start + rows) * k], rows);
+            for r in 0..rows {
+                assert!(
+                    bits_eq(&got[r * n..(r + 1) * n], &alone[start + r]),
+                    "{dtype}: row {} inside {rows} rows differs",
+                    start + r
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_dot_is_close_to_exact_math() {
+    // The integer view (unpack) must describe the same numbers as the block layout: compare the
+    // kernel with an f64 dot of the unpacked weights and the unquantized activations.
+    use tf_kernels::matmul::unpack::{unpack_k, unpack_legacy};
+    let pool = ThreadPool::new(1);
+    for dtype in DType::ALL.into_iter().filter(|d| d.block_elems() > 1) {
+        let k = 512;
+        let mut rng = Rng(77 + dtype.ggml_id() as u64);
+        let wb = weights(&mut rng, dtype, k);
+        let w = WeightMatrix::new(dtype, k, 1, &wb).unwrap();
+        let x: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
+        let got = run(SimdLevel::Scalar, &pool, &w, &x, 1)[0] as f64;
+        let mut vals = vec![0f64; k];
+        for (b, blk) in wb.chunks_exact(dtype.block_bytes()).enumerate() {
+            if dtype.block_elems() == 256 {
+                let u = unpack_k(dtype, blk);
+                for i in 0..256 {
+                    vals[256 * b + i] = u.d as f64 * u.scale[i / 16] as f64 * u.q[i] as f64
+                        - u.dmin as f64 * u.min[i / 16] as f64;
+                }
+            } else {
+                let u = unpack_legacy(dtype, blk);
+                for i in 0..32 {
+                    vals[32 * b + i] = u.d as f64 * u.q[i] as f64 + u.m as f64;
+                }
+            }
+        }
+        let exact: f64 = vals.iter().zip(&x).map(|(a, b)| a * *b as f64).sum();
+        let mag: f64 = vals
+            .iter()
+            .zip(&x)
+            .map(|(a, b)| (a * *b as f64).abs())
+            .sum();
+        assert!(
+            (got - exact).abs() < 0.02 * mag,
+            "{dtype}: {got} vs {exact} (mag {mag})"
+        );
+    }
+}
