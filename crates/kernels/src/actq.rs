@@ -45,6 +45,11 @@ pub struct QuantAct {
     pub d: Vec<f32>,
     /// One integer sum per `block.sum_len()` values: `rows * k / sum_len`.
     pub sums: Vec<i16>,
+    /// Block-major copies for the multi-row kernels (B256 only): scales `[block][row]`, sums of
+    /// 16 values `[block][row][16]` and of 32 values `[block][row][8]`.
+    pub d_t: Vec<f32>,
+    pub sums16_t: Vec<i16>,
+    pub sums32_t: Vec<i16>,
 }
 
 impl QuantAct {
@@ -64,6 +69,9 @@ impl QuantAct {
             qs: vec![0; rows * k],
             d: vec![0.0; rows * k / block.len()],
             sums: vec![0; rows * k / block.sum_len()],
+            d_t: Vec::new(),
+            sums16_t: Vec::new(),
+            sums32_t: Vec::new(),
         };
         let bl = block.len();
         for (bi, chunk) in x.chunks_exact(bl).enumerate() {
@@ -73,6 +81,22 @@ impl QuantAct {
         let sl = block.sum_len();
         for (si, chunk) in q.qs.chunks_exact(sl).enumerate() {
             q.sums[si] = chunk.iter().map(|&v| v as i16).sum();
+        }
+        if block == ActBlock::B256 {
+            let nb = k / 256;
+            q.d_t = vec![0.0; rows * nb];
+            q.sums16_t = vec![0; rows * nb * 16];
+            q.sums32_t = vec![0; rows * nb * 8];
+            for r in 0..rows {
+                for b in 0..nb {
+                    q.d_t[b * rows + r] = q.d[r * nb + b];
+                    for g in 0..16 {
+                        let v = q.sums[(r * nb + b) * 16 + g];
+                        q.sums16_t[(b * rows + r) * 16 + g] = v;
+                        q.sums32_t[(b * rows + r) * 8 + g / 2] += v;
+                    }
+                }
+            }
         }
         q
     }

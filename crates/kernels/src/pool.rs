@@ -1,32 +1,54 @@
 //! A persistent worker pool. Work is split over output columns (or rows, or heads): never over a
 //! reduction, so the thread count cannot change a bit of any result.
 //!
-//! Workers spin briefly on a generation counter and then sleep on a condition variable: a decode
-//! step issues a few hundred small parallel calls, and waking a sleeping thread for each would cost
-//! more than the call itself.
+//! A call is cut into chunks that the caller and the workers claim from a shared counter. The
+//! caller never waits for a worker that has not started: if the other threads are busy (another
+//! process on the core, say), the caller simply computes every chunk itself. Idle workers spin
+//! briefly on a generation counter, then sleep; a decode step issues a few hundred small parallel
+//! calls, so waking a sleeping thread for each would cost more than the call.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-type Job = dyn Fn(usize, usize) + Sync;
-
-struct Shared {
-    /// Bumped once per `run`; workers start a job when they see a new value.
-    generation: AtomicUsize,
-    /// Workers still busy with the current job.
-    pending: AtomicUsize,
-    /// Lifetime-erased pointer to the current job; valid while `pending > 0`.
-    job: Mutex<Option<JobPtr>>,
-    wake: Condvar,
-    sleepers: Mutex<()>,
-    shutdown: std::sync::atomic::AtomicBool,
+/// One parallel call. Lives in an `Arc` so a worker that wakes late can look at the counters
+/// safely; it dereferences `f` only after claiming a chunk, and the caller does not return until
+/// every claimed chunk is done, so `f` is alive whenever it is called.
+struct Job {
+    next: AtomicUsize,
+    done: AtomicUsize,
+    chunks: usize,
+    f: *const (dyn Fn(usize) + Sync),
 }
 
-#[derive(Clone, Copy)]
-struct JobPtr(*const Job);
-// SAFETY: the pointee is `Sync` and `run` keeps it alive until every worker has finished with it.
-unsafe impl Send for JobPtr {}
+// SAFETY: `f` points to a `Sync` closure and is only called while the owning `for_chunks` call is
+// still waiting (see `Job`).
+unsafe impl Send for Job {}
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Claims and runs chunks until none are left. Returns how many this thread ran.
+    fn work(&self) {
+        loop {
+            let c = self.next.fetch_add(1, Ordering::AcqRel);
+            if c >= self.chunks {
+                return;
+            }
+            // SAFETY: a chunk was claimed, so the caller is still waiting for `done`.
+            unsafe { (*self.f)(c) };
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+struct Shared {
+    generation: AtomicUsize,
+    job: Mutex<Option<Arc<Job>>>,
+    sleeping: AtomicUsize,
+    wake: Condvar,
+    sleep_lock: Mutex<()>,
+    shutdown: AtomicBool,
+}
 
 pub struct ThreadPool {
     threads: usize,
@@ -36,26 +58,30 @@ pub struct ThreadPool {
     run_lock: Mutex<()>,
 }
 
-const SPIN_ITERS: usize = 200_000;
+/// Spins before a worker sleeps (about a millisecond).
+const SPIN_ITERS: usize = 100_000;
+/// Chunks per thread: small enough to balance when a thread is slow, large enough to keep the
+/// claim counter cheap.
+const CHUNKS_PER_THREAD: usize = 4;
 
 impl ThreadPool {
-    /// A pool of `threads` workers in total, the calling thread included.
+    /// A pool of `threads` threads in total, the calling thread included.
     pub fn new(threads: usize) -> ThreadPool {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
             job: Mutex::new(None),
+            sleeping: AtomicUsize::new(0),
             wake: Condvar::new(),
-            sleepers: Mutex::new(()),
-            shutdown: std::sync::atomic::AtomicBool::new(false),
+            sleep_lock: Mutex::new(()),
+            shutdown: AtomicBool::new(false),
         });
         let handles = (1..threads)
             .map(|tid| {
                 let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("tf-worker-{tid}"))
-                    .spawn(move || worker(shared, tid, threads))
+                    .spawn(move || worker(shared))
                     .expect("spawning a worker thread")
             })
             .collect();
@@ -76,55 +102,56 @@ impl ThreadPool {
         self.threads
     }
 
-    /// Runs `f(thread_index, thread_count)` on every thread of the pool and returns when all are done.
-    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
-        if self.threads == 1 {
-            f(0, 1);
+    /// Runs `f(chunk)` for every chunk in `0..chunks`, spread over the pool; returns when all are
+    /// done.
+    pub fn for_chunks(&self, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+        if self.threads == 1 || chunks <= 1 {
+            for c in 0..chunks {
+                f(c);
+            }
             return;
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: we erase the lifetime of `f`; the pointer is only dereferenced by workers between
-        // the generation bump below and their decrement of `pending`, and we wait for `pending == 0`
-        // before returning, so `f` outlives every use.
-        let ptr: *const Job =
-            unsafe { std::mem::transmute::<*const (dyn Fn(usize, usize) + Sync), *const Job>(f) };
-        *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(JobPtr(ptr));
-        self.shared
-            .pending
-            .store(self.threads - 1, Ordering::SeqCst);
+        // SAFETY: lifetime erasure only; see `Job` for why `f` is never called after we return.
+        let f: *const (dyn Fn(usize) + Sync) = unsafe {
+            std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync)>(f)
+        };
+        let job = Arc::new(Job {
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            chunks,
+            f,
+        });
+        *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.clone());
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
-        {
-            let _s = self
-                .shared
-                .sleepers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+        if self.shared.sleeping.load(Ordering::SeqCst) > 0 {
+            let _s = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
-        f(0, self.threads);
-        while self.shared.pending.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
+        job.work();
+        let mut spins = 0u32;
+        while job.done.load(Ordering::Acquire) < chunks {
+            spins += 1;
+            if spins % 1024 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 
-    /// Splits `0..n` into contiguous ranges, one per thread, each a multiple of `align` (except the
-    /// last), and runs `f(range)` for each non-empty one.
+    /// Splits `0..n` into contiguous ranges whose starts are multiples of `align` and runs
+    /// `f(range)` for each, spread over the pool.
     pub fn for_ranges(&self, n: usize, align: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
         let align = align.max(1);
         let units = n.div_ceil(align);
-        let threads = self.threads.min(units.max(1));
-        if threads <= 1 {
-            if n > 0 {
-                f(0..n);
-            }
+        if units == 0 {
             return;
         }
-        self.run(&|tid, _| {
-            if tid >= threads {
-                return;
-            }
-            let start = (units * tid / threads * align).min(n);
-            let end = (units * (tid + 1) / threads * align).min(n);
+        let chunks = units.min(self.threads * CHUNKS_PER_THREAD);
+        self.for_chunks(chunks, &|c| {
+            let start = (units * c / chunks * align).min(n);
+            let end = (units * (c + 1) / chunks * align).min(n);
             if start < end {
                 f(start..end);
             }
@@ -132,7 +159,7 @@ impl ThreadPool {
     }
 }
 
-fn worker(shared: Arc<Shared>, tid: usize, threads: usize) {
+fn worker(shared: Arc<Shared>) {
     let mut seen = 0usize;
     loop {
         let mut spins = 0;
@@ -149,25 +176,24 @@ fn worker(shared: Arc<Shared>, tid: usize, threads: usize) {
             if spins < SPIN_ITERS {
                 std::hint::spin_loop();
             } else {
-                let guard = shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
-                if shared.generation.load(Ordering::Acquire) == seen
+                let guard = shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+                shared.sleeping.fetch_add(1, Ordering::SeqCst);
+                if shared.generation.load(Ordering::SeqCst) == seen
                     && !shared.shutdown.load(Ordering::Acquire)
                 {
                     let _unused = shared
                         .wake
-                        .wait_timeout(guard, std::time::Duration::from_millis(50))
+                        .wait_timeout(guard, std::time::Duration::from_millis(100))
                         .unwrap_or_else(|e| e.into_inner());
                 }
+                shared.sleeping.fetch_sub(1, Ordering::SeqCst);
                 spins = 0;
             }
         }
-        let job = *shared.job.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(JobPtr(ptr)) = job {
-            // SAFETY: see `ThreadPool::run`: the job outlives this call.
-            let f = unsafe { &*ptr };
-            f(tid, threads);
+        let job = shared.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(job) = job {
+            job.work();
         }
-        shared.pending.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -175,11 +201,7 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         {
-            let _s = self
-                .shared
-                .sleepers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let _s = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
         for h in self.handles.drain(..) {
@@ -212,7 +234,7 @@ mod tests {
 
     #[test]
     fn ranges_cover_everything_once() {
-        for threads in 1..5 {
+        for threads in 1..4 {
             let pool = ThreadPool::new(threads);
             for n in [0usize, 1, 7, 64, 1000] {
                 for align in [1usize, 4, 16] {
@@ -234,10 +256,10 @@ mod tests {
         let pool = ThreadPool::new(3);
         let total = AtomicU64::new(0);
         for _ in 0..2000 {
-            pool.run(&|tid, _| {
-                total.fetch_add(tid as u64 + 1, Ordering::Relaxed);
+            pool.for_chunks(5, &|c| {
+                total.fetch_add(c as u64 + 1, Ordering::Relaxed);
             });
         }
-        assert_eq!(total.load(Ordering::Relaxed), 2000 * 6);
+        assert_eq!(total.load(Ordering::Relaxed), 2000 * 15);
     }
 }

@@ -113,3 +113,68 @@ fn quantized_dot_is_close_to_exact_math() {
         );
     }
 }
+
+/// Bytes of a block that hold f16 factors (kept valid); every other byte is a code or scale.
+fn f16_bytes(dtype: DType) -> std::ops::Range<usize> {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => 0..2,
+        DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => 0..4,
+        DType::Q2K => 80..84,
+        DType::Q3K => 108..110,
+        DType::Q6K => 208..210,
+        _ => 0..0,
+    }
+}
+
+#[test]
+fn extreme_codes_and_activations_equal_the_reference() {
+    // Saturation corners of the SIMD integer paths (vpmaddubsw saturates its i16 pair sums):
+    // every code and scale byte at 0xFF, 0x80, 0x7F or 0x00, against activations of +127, -127,
+    // alternating signs, and blocks whose tiny max makes the quantizer emit -128.
+    let pool = ThreadPool::new(1);
+    let k = 512;
+    let n = 4;
+    let mut rng = Rng(4242);
+    let tiny: Vec<f32> = (0..k)
+        .map(|i| (1.0 + rng.f32().abs()) * 1e-38 * if i % 3 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    let rows: Vec<Vec<f32>> = vec![
+        vec![1.0; k],
+        vec![-1.0; k],
+        (0..k)
+            .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+            .collect(),
+        tiny.clone(),
+    ];
+    let q = tf_kernels::actq::QuantAct::new(
+        SimdLevel::Scalar,
+        tf_kernels::actq::ActBlock::B32,
+        &tiny,
+        1,
+        k,
+    );
+    assert!(q.qs.contains(&-128), "the tiny row must produce -128");
+    let x: Vec<f32> = rows.concat();
+    for dtype in DType::ALL.into_iter().filter(|d| d.block_elems() > 1) {
+        for fill in [0xFFu8, 0x80, 0x7F, 0x00, 0xAA] {
+            let mut wb = weights(&mut rng, dtype, k * n);
+            let keep = f16_bytes(dtype);
+            for blk in wb.chunks_exact_mut(dtype.block_bytes()) {
+                for (i, b) in blk.iter_mut().enumerate() {
+                    if !keep.contains(&i) {
+                        *b = fill;
+                    }
+                }
+            }
+            let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+            let want = run(SimdLevel::Scalar, &pool, &w, &x, rows.len());
+            for level in SimdLevel::available() {
+                let got = run(level, &pool, &w, &x, rows.len());
+                assert!(
+                    bits_eq(&got, &want),
+                    "{dtype} fill={fill:#x} {level:?}: {got:?} vs {want:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,1 +1,22 @@
-//! tf-models
+//! Model families and the transformer forward pass.
+//!
+//! * [`registry`]: the one list of supported families; [`families`] holds one folder per family.
+//! * [`config`]: [`ModelConfig`] from GGUF metadata or a Hugging Face `config.json`.
+//! * [`model`]: [`Model`], loading (architecture checked before any weight is touched) and
+//!   [`Model::forward`] over rows of several sequences at once.
+//!
+//! Quantization is a weight format handled by `tf-weights` and `tf-kernels`; there is one model
+//! implementation per family, whatever the tensor types.
+
+pub mod config;
+pub mod error;
+pub mod families;
+pub mod model;
+pub mod registry;
+mod transformer;
+mod weights;
+
+pub use config::ModelConfig;
+pub use error::{ModelError, Result};
+pub use model::{Model, Row};
+pub use registry::{Family, FAMILIES};

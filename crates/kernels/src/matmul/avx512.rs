@@ -14,92 +14,188 @@ unsafe fn nibble_mask() -> __m512i {
     _mm512_set1_epi8(0x0F)
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn dot_q4k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    let qs = x.row_qs(row).as_ptr();
-    let ds = x.row_d(row);
-    let sums = x.row_sums(row);
+/// Q4_K rows `r0..r0+R` against one weight row: each weight block is decoded once for all R rows.
+/// Per row, the operations are those of the one-row case, so results do not depend on R.
+#[inline(always)]
+unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     let nb = w.len() / 144;
-    let mut acc = 0f32;
+    let mut acc = [0f32; R];
     let m4 = nibble_mask();
     let zero = _mm512_setzero_si512();
+    let mut idx = [zero; 4];
+    for (g, slot) in idx.iter_mut().enumerate() {
+        let (a, b) = (2 * g as i32, 2 * g as i32 + 1);
+        *slot = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+    }
     for b in 0..nb {
         let blk = &w[144 * b..144 * (b + 1)];
         let sc = &blk[4..16];
         let mut scales = [0u8; 16];
-        let mut msum = 0i32;
+        let mut mins = [0i32; 8];
         for j in 0..8 {
             let (s, m) = scale_min_k4(j, sc);
             scales[j] = s;
-            msum += m as i32 * (sums[16 * b + 2 * j] as i32 + sums[16 * b + 2 * j + 1] as i32);
+            mins[j] = m as i32;
         }
         let sv = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales.as_ptr() as *const __m128i));
         let q = blk.as_ptr().add(16);
-        let xb = qs.add(256 * b);
-        let mut isum = zero;
+        let mut wv = [zero; 4];
+        let mut svs = [zero; 4];
         for g in 0..4 {
             let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.add(32 * g) as *const __m256i));
             let lo = _mm512_and_si512(v, m4);
             let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-            let wv = _mm512_mask_blend_epi64(0xF0, lo, hi);
-            let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
-            let dp = _mm512_dpbusd_epi32(zero, wv, xv);
-            let idx = _mm512_set_epi32(
-                2 * g as i32 + 1,
-                2 * g as i32 + 1,
-                2 * g as i32 + 1,
-                2 * g as i32 + 1,
-                2 * g as i32 + 1,
-                2 * g as i32 + 1,
-                2 * g as i32 + 1,
-                2 * g as i32 + 1,
-                2 * g as i32,
-                2 * g as i32,
-                2 * g as i32,
-                2 * g as i32,
-                2 * g as i32,
-                2 * g as i32,
-                2 * g as i32,
-                2 * g as i32,
-            );
-            let s = _mm512_permutexvar_epi32(idx, sv);
-            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(dp, s));
+            wv[g] = _mm512_mask_blend_epi64(0xF0, lo, hi);
+            svs[g] = _mm512_permutexvar_epi32(idx[g], sv);
         }
-        let isum = _mm512_reduce_add_epi32(isum);
-        acc = block_step(
-            acc,
-            Shape::ScaleMinusMin,
-            f16_at(blk, 0),
-            f16_at(blk, 2),
-            ds[b],
-            isum,
-            msum,
-        );
+        let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let row = r0 + r;
+            let xb = x.row_qs(row).as_ptr().add(256 * b);
+            let sums = &x.row_sums(row)[16 * b..16 * b + 16];
+            let mut isum = zero;
+            for g in 0..4 {
+                let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
+                let dp = _mm512_dpbusd_epi32(zero, wv[g], xv);
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(dp, svs[g]));
+            }
+            let isum = _mm512_reduce_add_epi32(isum);
+            let mut msum = 0i32;
+            for j in 0..8 {
+                msum += mins[j] * (sums[2 * j] as i32 + sums[2 * j + 1] as i32);
+            }
+            *a = block_step(*a, Shape::ScaleMinusMin, d, dmin, x.row_d(row)[b], isum, msum);
+        }
     }
-    acc
+    out[..R].copy_from_slice(&acc);
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn dot_q6k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    let qs = x.row_qs(row).as_ptr();
-    let ds = x.row_d(row);
-    let sums = x.row_sums(row);
+/// Eight per-row 16-lane integer accumulators reduced to one vector of eight sums (exact).
+#[inline(always)]
+unsafe fn reduce8(v: &[__m512i; 8]) -> __m256i {
+    let mut a = [_mm256_setzero_si256(); 8];
+    for r in 0..8 {
+        a[r] = _mm256_add_epi32(_mm512_castsi512_si256(v[r]), _mm512_extracti64x4_epi64::<1>(v[r]));
+    }
+    let h01 = _mm256_hadd_epi32(a[0], a[1]);
+    let h23 = _mm256_hadd_epi32(a[2], a[3]);
+    let h45 = _mm256_hadd_epi32(a[4], a[5]);
+    let h67 = _mm256_hadd_epi32(a[6], a[7]);
+    let q0 = _mm256_hadd_epi32(h01, h23);
+    let q1 = _mm256_hadd_epi32(h45, h67);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(q0, q1),
+        _mm256_permute2x128_si256::<0x31>(q0, q1),
+    )
+}
+
+/// Sums of each group of `lanes_per_row` consecutive i32 lanes for 8 rows laid out row-major over
+/// `v` (exact integer adds).
+#[inline(always)]
+unsafe fn lane_sums8(v: &[i32]) -> __m256i {
+    let per = v.len() / 8;
+    let mut out = [0i32; 8];
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = v[r * per..(r + 1) * per].iter().sum();
+    }
+    _mm256_loadu_si256(out.as_ptr() as *const __m256i)
+}
+
+/// `acc + ((d*dx)*isum - (dmin*dx)*msum)` on eight lanes: [`block_step`] lane by lane.
+#[inline(always)]
+unsafe fn step8(acc: __m256, shape: Shape, d: f32, dmin: f32, dx: __m256, isum: __m256i, msum: __m256i) -> __m256 {
+    let t1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(isum));
+    match shape {
+        Shape::Scale => _mm256_add_ps(acc, t1),
+        Shape::ScaleMinusMin => {
+            let t2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(msum));
+            _mm256_add_ps(acc, _mm256_sub_ps(t1, t2))
+        }
+        Shape::ScalePlusMin => {
+            let t2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(msum));
+            _mm256_add_ps(acc, _mm256_add_ps(t1, t2))
+        }
+    }
+}
+
+/// Q4_K, eight rows at once: the weight block is decoded once, integer sums are reduced together
+/// and the float step runs on eight lanes (the same IEEE operations as [`block_step`]).
+#[inline(always)]
+unsafe fn q4k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+    let nb = w.len() / 144;
+    let rows = x.rows;
+    let mut acc = _mm256_setzero_ps();
+    let m4 = nibble_mask();
+    let zero = _mm512_setzero_si512();
+    let mut idx = [zero; 4];
+    for (g, slot) in idx.iter_mut().enumerate() {
+        let (a, b) = (2 * g as i32, 2 * g as i32 + 1);
+        *slot = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+    }
+    let mut msums = [0i32; 64];
+    for b in 0..nb {
+        let blk = &w[144 * b..144 * (b + 1)];
+        let sc = &blk[4..16];
+        let mut scales = [0u8; 16];
+        let mut mins = [0i16; 8];
+        for j in 0..8 {
+            let (s, m) = scale_min_k4(j, sc);
+            scales[j] = s;
+            mins[j] = m as i16;
+        }
+        let sv = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales.as_ptr() as *const __m128i));
+        let q = blk.as_ptr().add(16);
+        let mut wv = [zero; 4];
+        let mut svs = [zero; 4];
+        for g in 0..4 {
+            let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.add(32 * g) as *const __m256i));
+            let lo = _mm512_and_si512(v, m4);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+            wv[g] = _mm512_mask_blend_epi64(0xF0, lo, hi);
+            svs[g] = _mm512_permutexvar_epi32(idx[g], sv);
+        }
+        let mut isums = [zero; 8];
+        for (r, isum) in isums.iter_mut().enumerate() {
+            let xb = x.row_qs(r0 + r).as_ptr().add(256 * b);
+            for g in 0..4 {
+                let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
+                let dp = _mm512_dpbusd_epi32(zero, wv[g], xv);
+                *isum = _mm512_add_epi32(*isum, _mm512_madd_epi16(dp, svs[g]));
+            }
+        }
+        // Σ_j min_j * sum32_j per row, from the block-major sums: 8 rows x 8 i16 = two vectors.
+        let mv = _mm512_broadcast_i32x4(_mm_loadu_si128(mins.as_ptr() as *const __m128i));
+        let sp = x.sums32_t.as_ptr().add((b * rows + r0) * 8);
+        let p0 = _mm512_madd_epi16(_mm512_loadu_si512(sp as *const _), mv);
+        let p1 = _mm512_madd_epi16(_mm512_loadu_si512(sp.add(32) as *const _), mv);
+        _mm512_storeu_si512(msums.as_mut_ptr() as *mut _, p0);
+        _mm512_storeu_si512(msums.as_mut_ptr().add(16) as *mut _, p1);
+        let msum = lane_sums8(&msums[..32]);
+        let dx = _mm256_loadu_ps(x.d_t.as_ptr().add(b * rows + r0));
+        acc = step8(acc, Shape::ScaleMinusMin, f16_at(blk, 0), f16_at(blk, 2), dx, reduce8(&isums), msum);
+    }
+    _mm256_storeu_ps(out.as_mut_ptr(), acc);
+}
+
+/// Q6_K, eight rows at once (see [`q4k_rows8`]).
+#[inline(always)]
+unsafe fn q6k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     let nb = w.len() / 210;
-    let mut acc = 0f32;
+    let rows = x.rows;
+    let mut acc = _mm256_setzero_ps();
     let m4 = nibble_mask();
     let m2 = _mm512_set1_epi8(0x03);
     let zero = _mm512_setzero_si512();
     let sh_a = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
     let sh_b = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
+    let pa = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    let pb = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4);
+    let mut corr = [0i32; 64];
     for b in 0..nb {
         let blk = blk_at(w, b, 210);
         let scp = blk.as_ptr().add(192) as *const i8;
-        let mut corr = 0i32;
-        for g in 0..16 {
-            corr += *scp.add(g) as i32 * sums[16 * b + g] as i32;
-        }
-        let xb = qs.add(256 * b);
-        let mut isum = zero;
+        let mut wv = [zero; 4];
+        let mut svs = [zero; 4];
         for n in 0..2 {
             let ql = _mm512_loadu_si512(blk.as_ptr().add(64 * n) as *const _);
             let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
@@ -107,31 +203,122 @@ pub unsafe fn dot_q6k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
             ));
             let ha = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_a), m2));
             let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_b), m2));
-            let ua = _mm512_or_si512(_mm512_and_si512(ql, m4), ha);
-            let ub = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), hb);
-            let xa = _mm512_loadu_si512(xb.add(128 * n) as *const _);
-            let xbv = _mm512_loadu_si512(xb.add(128 * n + 64) as *const _);
-            let da = _mm512_dpbusd_epi32(zero, ua, xa);
-            let db = _mm512_dpbusd_epi32(zero, ub, xbv);
-            // Scales of groups 8n..8n+8, each over four i32 lanes, as (scale, 0) i16 pairs.
+            wv[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, m4), ha);
+            wv[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), hb);
             let s8 = _mm_loadl_epi64(scp.add(8 * n) as *const __m128i);
-            let s16 = _mm_cvtepi8_epi16(s8);
-            let s32 = _mm256_cvtepu16_epi32(s16);
-            let sa = _mm512_permutexvar_epi32(
-                _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                _mm512_castsi256_si512(s32),
-            );
-            let sb = _mm512_permutexvar_epi32(
-                _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
-                _mm512_castsi256_si512(s32),
-            );
-            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(da, sa));
-            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(db, sb));
+            let s32 = _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(s8)));
+            svs[2 * n] = _mm512_permutexvar_epi32(pa, s32);
+            svs[2 * n + 1] = _mm512_permutexvar_epi32(pb, s32);
         }
-        let isum = _mm512_reduce_add_epi32(isum) - 32 * corr;
-        acc = block_step(acc, Shape::Scale, f16_at(blk, 208), 0.0, ds[b], isum, 0);
+        let mut isums = [zero; 8];
+        for (r, isum) in isums.iter_mut().enumerate() {
+            let xb = x.row_qs(r0 + r).as_ptr().add(256 * b);
+            for q in 0..4 {
+                let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
+                let dp = _mm512_dpbusd_epi32(zero, wv[q], xv);
+                *isum = _mm512_add_epi32(*isum, _mm512_madd_epi16(dp, svs[q]));
+            }
+        }
+        // Σ_g scale_g * sum16_g per row: 8 rows x 16 i16 = four vectors.
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
+        let scv = _mm512_broadcast_i64x4(sc16);
+        let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16);
+        for i in 0..4 {
+            let p = _mm512_madd_epi16(_mm512_loadu_si512(sp.add(32 * i) as *const _), scv);
+            _mm512_storeu_si512(corr.as_mut_ptr().add(16 * i) as *mut _, p);
+        }
+        let c = lane_sums8(&corr);
+        let isum = _mm256_sub_epi32(reduce8(&isums), _mm256_slli_epi32::<5>(c));
+        let dx = _mm256_loadu_ps(x.d_t.as_ptr().add(b * rows + r0));
+        acc = step8(acc, Shape::Scale, f16_at(blk, 208), 0.0, dx, isum, _mm256_setzero_si256());
     }
-    acc
+    _mm256_storeu_ps(out.as_mut_ptr(), acc);
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn rows_q4k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+    match out.len() {
+        8 => q4k_rows8(w, x, r0, out),
+        4 => q4k_rows::<4>(w, x, r0, out),
+        1 => q4k_rows::<1>(w, x, r0, out),
+        n => {
+            for r in 0..n {
+                q4k_rows::<1>(w, x, r0 + r, &mut out[r..]);
+            }
+        }
+    }
+}
+
+/// Q6_K rows `r0..r0+R` against one weight row, each weight block decoded once.
+#[inline(always)]
+unsafe fn q6k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+    let nb = w.len() / 210;
+    let mut acc = [0f32; R];
+    let m4 = nibble_mask();
+    let m2 = _mm512_set1_epi8(0x03);
+    let zero = _mm512_setzero_si512();
+    let sh_a = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    let sh_b = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
+    let pa = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    let pb = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4);
+    for b in 0..nb {
+        let blk = blk_at(w, b, 210);
+        let scp = blk.as_ptr().add(192) as *const i8;
+        let mut sc = [0i32; 16];
+        for (g, s) in sc.iter_mut().enumerate() {
+            *s = *scp.add(g) as i32;
+        }
+        // Weight codes (0..63) and per-lane scales for the four 64-value quarters.
+        let mut wv = [zero; 4];
+        let mut svs = [zero; 4];
+        for n in 0..2 {
+            let ql = _mm512_loadu_si512(blk.as_ptr().add(64 * n) as *const _);
+            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                blk.as_ptr().add(128 + 32 * n) as *const __m256i
+            ));
+            let ha = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_a), m2));
+            let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_b), m2));
+            wv[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, m4), ha);
+            wv[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), hb);
+            let s8 = _mm_loadl_epi64(scp.add(8 * n) as *const __m128i);
+            let s32 = _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(s8)));
+            svs[2 * n] = _mm512_permutexvar_epi32(pa, s32);
+            svs[2 * n + 1] = _mm512_permutexvar_epi32(pb, s32);
+        }
+        let d = f16_at(blk, 208);
+        for (r, a) in acc.iter_mut().enumerate() {
+            let row = r0 + r;
+            let xb = x.row_qs(row).as_ptr().add(256 * b);
+            let sums = &x.row_sums(row)[16 * b..16 * b + 16];
+            let mut corr = 0i32;
+            for g in 0..16 {
+                corr += sc[g] * sums[g] as i32;
+            }
+            let mut isum = zero;
+            for q in 0..4 {
+                let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
+                let dp = _mm512_dpbusd_epi32(zero, wv[q], xv);
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(dp, svs[q]));
+            }
+            let isum = _mm512_reduce_add_epi32(isum) - 32 * corr;
+            *a = block_step(*a, Shape::Scale, d, 0.0, x.row_d(row)[b], isum, 0);
+        }
+    }
+    out[..R].copy_from_slice(&acc);
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn rows_q6k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+    match out.len() {
+        8 => q6k_rows8(w, x, r0, out),
+        4 => q6k_rows::<4>(w, x, r0, out),
+        1 => q6k_rows::<1>(w, x, r0, out),
+        n => {
+            for r in 0..n {
+                q6k_rows::<1>(w, x, r0 + r, &mut out[r..]);
+            }
+        }
+    }
 }
 
 #[inline(always)]

@@ -7,6 +7,8 @@ pub mod reference;
 pub mod unpack;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 
 use crate::actq::{ActBlock, QuantAct};
@@ -87,24 +89,74 @@ impl<'a> Activations<'a> {
 }
 
 type QDot = unsafe fn(&[u8], &QuantAct, usize) -> f32;
+/// Computes `out.len()` consecutive rows starting at the given row against one weight row.
+type QRows = unsafe fn(&[u8], &QuantAct, usize, &mut [f32]);
 
-fn quant_kernel(level: SimdLevel, dtype: DType) -> Option<QDot> {
+enum Kernel {
+    Dot(QDot),
+    Rows(QRows),
+}
+
+fn quant_kernel(level: SimdLevel, dtype: DType) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if level == SimdLevel::Avx512Vnni {
         return match dtype {
-            DType::Q4K => Some(avx512::dot_q4k),
-            DType::Q6K => Some(avx512::dot_q6k),
-            DType::Q4_0 => Some(avx512::dot_q4_0),
-            DType::Q4_1 => Some(avx512::dot_q4_1),
-            DType::Q5_0 => Some(avx512::dot_q5_0),
-            DType::Q5_1 => Some(avx512::dot_q5_1),
-            DType::Q8_0 => Some(avx512::dot_q8_0),
-            _ => None,
+            DType::Q4K => Kernel::Rows(avx512::rows_q4k),
+            DType::Q6K => Kernel::Rows(avx512::rows_q6k),
+            DType::Q4_0 => Kernel::Dot(avx512::dot_q4_0),
+            DType::Q4_1 => Kernel::Dot(avx512::dot_q4_1),
+            DType::Q5_0 => Kernel::Dot(avx512::dot_q5_0),
+            DType::Q5_1 => Kernel::Dot(avx512::dot_q5_1),
+            DType::Q8_0 => Kernel::Dot(avx512::dot_q8_0),
+            _ => Kernel::Dot(reference_dot(dtype)),
         };
     }
-    let _ = (level, dtype);
-    None
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx2 {
+        return match dtype {
+            DType::Q4_0 => Kernel::Dot(avx2::dot_q4_0),
+            DType::Q4_1 => Kernel::Dot(avx2::dot_q4_1),
+            DType::Q5_0 => Kernel::Dot(avx2::dot_q5_0),
+            DType::Q5_1 => Kernel::Dot(avx2::dot_q5_1),
+            DType::Q8_0 => Kernel::Dot(avx2::dot_q8_0),
+            DType::Q2K => Kernel::Dot(avx2::dot_q2k),
+            DType::Q3K => Kernel::Dot(avx2::dot_q3k),
+            DType::Q4K => Kernel::Dot(avx2::dot_q4k),
+            DType::Q5K => Kernel::Dot(avx2::dot_q5k),
+            DType::Q6K => Kernel::Dot(avx2::dot_q6k),
+            _ => Kernel::Dot(reference_dot(dtype)),
+        };
+    }
+    let _ = level;
+    Kernel::Dot(reference_dot(dtype))
 }
+
+fn reference_dot(dtype: DType) -> QDot {
+    macro_rules! r {
+        ($t:expr) => {{
+            unsafe fn f(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+                reference::dot_ref($t, w, x, row)
+            }
+            f as QDot
+        }};
+    }
+    match dtype {
+        DType::Q4_0 => r!(DType::Q4_0),
+        DType::Q4_1 => r!(DType::Q4_1),
+        DType::Q5_0 => r!(DType::Q5_0),
+        DType::Q5_1 => r!(DType::Q5_1),
+        DType::Q8_0 => r!(DType::Q8_0),
+        DType::Q2K => r!(DType::Q2K),
+        DType::Q3K => r!(DType::Q3K),
+        DType::Q4K => r!(DType::Q4K),
+        DType::Q5K => r!(DType::Q5K),
+        DType::Q6K => r!(DType::Q6K),
+        other => unreachable!("{other} has no quantized kernel"),
+    }
+}
+
+/// Rows sharing one decoded weight block in the multi-row kernels.
+const ROW_TILE: usize = 8;
 
 /// Rows of activations handled together per weight column: the column's weights stay in L1
 /// while these rows stream past.
@@ -134,20 +186,31 @@ pub fn matmul_cols(
     match act_block(w.dtype) {
         Some(block) => {
             let xq = x.quant(block);
-            let fast = quant_kernel(level, w.dtype);
+            let kernel = quant_kernel(level, w.dtype);
             pool.for_ranges(cols.len(), 8, &|range| {
+                let mut tile = [0f32; ROW_TILE];
                 for r0 in (0..rows).step_by(ROW_CHUNK) {
                     let r1 = (r0 + ROW_CHUNK).min(rows);
                     for c in range.clone() {
                         let wrow = w.row(base + c);
-                        for r in r0..r1 {
-                            let v = match fast {
-                                // SAFETY: the kernel's features were detected on this CPU.
-                                Some(f) => unsafe { f(wrow, xq, r) },
-                                None => reference::dot_ref(w.dtype, wrow, xq, r),
-                            };
-                            // SAFETY: columns are split between threads, rows*stride in bounds.
-                            unsafe { dst.write(r * out_stride + c, v) };
+                        let mut r = r0;
+                        while r < r1 {
+                            let n = ROW_TILE.min(r1 - r);
+                            match kernel {
+                                // SAFETY: the kernel's CPU features were detected on this CPU.
+                                Kernel::Rows(f) => unsafe { f(wrow, xq, r, &mut tile[..n]) },
+                                Kernel::Dot(f) => {
+                                    for (i, t) in tile[..n].iter_mut().enumerate() {
+                                        // SAFETY: as above.
+                                        *t = unsafe { f(wrow, xq, r + i) };
+                                    }
+                                }
+                            }
+                            for (i, v) in tile[..n].iter().enumerate() {
+                                // SAFETY: columns are split between threads; index in bounds.
+                                unsafe { dst.write((r + i) * out_stride + c, *v) };
+                            }
+                            r += n;
                         }
                     }
                 }

@@ -1,0 +1,405 @@
+//! AVX2 dot products. Integer block sums come from `vpmaddubsw` (unsigned weight codes times signed
+//! activations, adjacent pairs added into i16) widened to i32 by `vpmaddwd`, which also applies
+//! the integer group scales; the float step per block is [`block_step`] exactly, in ascending
+//! block order, so every result equals the scalar reference bit for bit.
+//!
+//! `vpmaddubsw` saturates its i16 pair sums, so every kernel keeps both products of a pair small
+//! enough for any i8 activation, -128 included (the quantizer emits -128 when a block's `127 /
+//! amax` overflows to infinity): weight codes have at most 6 bits, `|pair| <= 2 * 63 * 128 =
+//! 16128`. Q8_0's signed weights are split as `w = (w & 0x7F) - (w & 0x80)`: two unsigned products
+//! whose pair sums stay within `[-32768, 32512]`. Signed codes (Q3_K, Q6_K, Q4_0, Q5_0) are used
+//! as unsigned codes plus an offset, and the offset is taken out with the activation sums.
+
+#![allow(clippy::missing_safety_doc)]
+
+use super::reference::block_step;
+use super::unpack::{f16_at, Shape};
+use crate::actq::QuantAct;
+use std::arch::x86_64::*;
+
+#[inline(always)]
+unsafe fn load(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+#[inline(always)]
+unsafe fn load_x(p: *const i8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// Sum of the 4 i32 lanes.
+#[inline(always)]
+unsafe fn hsum128(s: __m128i) -> i32 {
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b0100_1110>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b1011_0001>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Sum of the 8 i32 lanes.
+#[inline(always)]
+unsafe fn hsum(v: __m256i) -> i32 {
+    hsum128(_mm_add_epi32(
+        _mm256_castsi256_si128(v),
+        _mm256_extracti128_si256::<1>(v),
+    ))
+}
+
+/// Per i32 lane, the sum of four products `u * x` (u unsigned, at most 6 bits: no saturation).
+#[inline(always)]
+unsafe fn dot4(u: __m256i, x: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1))
+}
+
+/// `Σ u * x * scale` per i32 lane, where `scale16` holds each pair's i16 scale.
+#[inline(always)]
+unsafe fn dot_scaled(u: __m256i, x: __m256i, scale16: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16)
+}
+
+/// i16 scales for 32 values covering groups `2m` (low 16 values) and `2m + 1` (high 16), taken
+/// from 16 i8 group scales.
+#[inline(always)]
+unsafe fn pair_scales(sc: __m128i, m: usize) -> __m256i {
+    const ONES: i64 = 0x0101_0101_0101_0101;
+    let lo = ONES * (2 * m as i64);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(lo + ONES, lo)))
+}
+
+/// Scale `j` of 16 u8 scales, as 16 i16 lanes.
+#[inline(always)]
+unsafe fn bcast_scale(sc: __m128i, j: usize) -> __m256i {
+    _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_set1_epi8(j as i8)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Legacy 32-value blocks.
+
+/// One weight row of legacy blocks of `bytes` bytes: `isum(block, x, sum_x)` is the block's exact
+/// integer sum Σ q·x.
+#[inline(always)]
+unsafe fn legacy_dot(
+    w: &[u8],
+    x: &QuantAct,
+    row: usize,
+    bytes: usize,
+    shape: Shape,
+    isum: impl Fn(&[u8], __m256i, i32) -> i32,
+) -> f32 {
+    let qs = x.row_qs(row);
+    let ds = x.row_d(row);
+    let sums = x.row_sums(row);
+    let nb = w.len() / bytes;
+    assert!(32 * nb <= qs.len() && nb <= ds.len() && nb <= sums.len());
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let blk = w.get_unchecked(bytes * b..bytes * (b + 1));
+        let xv = load_x(qs.as_ptr().add(32 * b));
+        let sx = *sums.get_unchecked(b) as i32;
+        let is = isum(blk, xv, sx);
+        let m = if shape == Shape::ScalePlusMin {
+            f16_at(blk, 2)
+        } else {
+            0.0
+        };
+        acc = block_step(acc, shape, f16_at(blk, 0), m, *ds.get_unchecked(b), is, sx);
+    }
+    acc
+}
+
+/// The 32 4-bit codes of a legacy block, low nibbles first (values 0..16, then 16..32).
+#[inline(always)]
+unsafe fn nibbles32(qs: *const u8) -> __m256i {
+    let v = _mm_loadu_si128(qs as *const __m128i);
+    let m = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(v, m);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Byte j is 0x10 where bit j of the little-endian u32 at `qh` is set, else 0.
+#[inline(always)]
+unsafe fn high_bits32(qh: &[u8]) -> __m256i {
+    let bits = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    // Byte j takes byte j/8 of the word, then keeps only bit j%8.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q4_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    legacy_dot(w, x, row, 18, Shape::Scale, |b, xv, sx| {
+        hsum(dot4(nibbles32(b.as_ptr().add(2)), xv)) - 8 * sx
+    })
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q4_1(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    legacy_dot(w, x, row, 20, Shape::ScalePlusMin, |b, xv, _| {
+        hsum(dot4(nibbles32(b.as_ptr().add(4)), xv))
+    })
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    legacy_dot(w, x, row, 22, Shape::Scale, |b, xv, sx| {
+        let u = _mm256_or_si256(nibbles32(b.as_ptr().add(6)), high_bits32(&b[2..6]));
+        hsum(dot4(u, xv)) - 16 * sx
+    })
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5_1(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    legacy_dot(w, x, row, 24, Shape::ScalePlusMin, |b, xv, _| {
+        let u = _mm256_or_si256(nibbles32(b.as_ptr().add(8)), high_bits32(&b[4..8]));
+        hsum(dot4(u, xv))
+    })
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q8_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    legacy_dot(w, x, row, 34, Shape::Scale, |b, xv, _| {
+        let v = load(b.as_ptr().add(2));
+        let low7 = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
+        let sign = _mm256_and_si256(v, _mm256_set1_epi8(-128));
+        // w·x = (w & 0x7F)·x - 128·[w < 0]·x; 128·(x0 + x1) >= -32768 does not saturate.
+        let pos = _mm256_maddubs_epi16(low7, xv);
+        let neg = _mm256_maddubs_epi16(sign, xv);
+        let one = _mm256_set1_epi16(1);
+        hsum(_mm256_sub_epi32(
+            _mm256_madd_epi16(pos, one),
+            _mm256_madd_epi16(neg, one),
+        ))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quant 256-value super-blocks.
+
+/// One weight row of k-quant blocks of `bytes` bytes: `block(blk, x, sums)` returns
+/// `(isum, msum, d, dmin)` given the block's 256 activations and their 16 group sums.
+#[inline(always)]
+unsafe fn kquant_dot(
+    w: &[u8],
+    x: &QuantAct,
+    row: usize,
+    bytes: usize,
+    shape: Shape,
+    block: impl Fn(&[u8], *const i8, __m256i) -> (i32, i32, f32, f32),
+) -> f32 {
+    let qs = x.row_qs(row);
+    let ds = x.row_d(row);
+    let sums = x.row_sums(row);
+    let nb = w.len() / bytes;
+    assert!(256 * nb <= qs.len() && nb <= ds.len() && 16 * nb <= sums.len());
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let blk = w.get_unchecked(bytes * b..bytes * (b + 1));
+        let sums16 = _mm256_loadu_si256(sums.as_ptr().add(16 * b) as *const __m256i);
+        let (isum, msum, d, dmin) = block(blk, qs.as_ptr().add(256 * b), sums16);
+        acc = block_step(acc, shape, d, dmin, *ds.get_unchecked(b), isum, msum);
+    }
+    acc
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q2k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kquant_dot(w, x, row, 84, Shape::ScaleMinusMin, |blk, xb, sums16| {
+        let p = blk.as_ptr();
+        let packed = _mm_loadu_si128(p as *const __m128i);
+        let m4 = _mm_set1_epi8(0x0F);
+        let scales = _mm_and_si128(packed, m4);
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
+        let msum = hsum(_mm256_madd_epi16(mins, sums16));
+        let m3 = _mm256_set1_epi8(3);
+        let mut acc = _mm256_setzero_si256();
+        for n in 0..2 {
+            let mut q = load(p.add(16 + 32 * n));
+            for j in 0..4 {
+                let u = _mm256_and_si256(q, m3);
+                let xv = load_x(xb.add(128 * n + 32 * j));
+                acc = _mm256_add_epi32(acc, dot_scaled(u, xv, pair_scales(scales, 4 * n + j)));
+                q = _mm256_srli_epi16::<2>(q);
+            }
+        }
+        (hsum(acc), msum, f16_at(blk, 80), f16_at(blk, 82))
+    })
+}
+
+/// Q3_K's 16 group scales (6 bits each, minus 32) as i8.
+#[inline(always)]
+unsafe fn q3k_scales(sc: &[u8]) -> __m128i {
+    let a0 = u32::from_le_bytes([sc[0], sc[1], sc[2], sc[3]]);
+    let a1 = u32::from_le_bytes([sc[4], sc[5], sc[6], sc[7]]);
+    let t = u32::from_le_bytes([sc[8], sc[9], sc[10], sc[11]]);
+    const M1: u32 = 0x0303_0303;
+    const M2: u32 = 0x0f0f_0f0f;
+    let v = _mm_set_epi32(
+        (((a1 >> 4) & M2) | (((t >> 6) & M1) << 4)) as i32,
+        (((a0 >> 4) & M2) | (((t >> 4) & M1) << 4)) as i32,
+        ((a1 & M2) | (((t >> 2) & M1) << 4)) as i32,
+        ((a0 & M2) | ((t & M1) << 4)) as i32,
+    );
+    _mm_sub_epi8(v, _mm_set1_epi8(32))
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q3k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kquant_dot(w, x, row, 110, Shape::Scale, |blk, xb, sums16| {
+        let p = blk.as_ptr();
+        let sc = q3k_scales(&blk[96..108]);
+        // Codes are u - 4 with u = low2 + 4 * hbit in 0..8; the -4 goes through the group sums.
+        let corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), sums16);
+        let mut acc = _mm256_slli_epi32::<2>(corr);
+        acc = _mm256_sub_epi32(_mm256_setzero_si256(), acc);
+        let m3 = _mm256_set1_epi8(3);
+        let one = _mm256_set1_epi8(1);
+        let mut hb = load(p);
+        for n in 0..2 {
+            let mut q = load(p.add(32 + 32 * n));
+            for j in 0..4 {
+                let high = _mm256_slli_epi16::<2>(_mm256_and_si256(hb, one));
+                let u = _mm256_or_si256(_mm256_and_si256(q, m3), high);
+                let xv = load_x(xb.add(128 * n + 32 * j));
+                acc = _mm256_add_epi32(acc, dot_scaled(u, xv, pair_scales(sc, 4 * n + j)));
+                q = _mm256_srli_epi16::<2>(q);
+                hb = _mm256_srli_epi16::<1>(hb);
+            }
+        }
+        (hsum(acc), 0, f16_at(blk, 108), 0.0)
+    })
+}
+
+/// Q4_K/Q5_K's 8 six-bit scales (bytes 0..8) and mins (bytes 8..16).
+#[inline(always)]
+unsafe fn k4_scales_mins(s: &[u8]) -> __m128i {
+    let u0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let u1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+    let u2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    let scales_lo = u0 & K1;
+    let scales_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
+    let mins_lo = u1 & K1;
+    let mins_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
+    _mm_set_epi32(
+        mins_hi as i32,
+        mins_lo as i32,
+        scales_hi as i32,
+        scales_lo as i32,
+    )
+}
+
+/// Σ min_j · (sums[2j] + sums[2j+1]) for the 8 mins in bytes 8..16 of `sm`.
+#[inline(always)]
+unsafe fn k4_msum(sm: __m128i, sums16: __m256i) -> i32 {
+    let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
+    let pairs = _mm_hadd_epi16(
+        _mm256_castsi256_si128(sums16),
+        _mm256_extracti128_si256::<1>(sums16),
+    );
+    hsum128(_mm_madd_epi16(mins, pairs))
+}
+
+/// Q4_K (`high = None`) and Q5_K blocks: codes of sub-block j (32 values) use scale j.
+#[inline(always)]
+unsafe fn k4_block(
+    blk: &[u8],
+    xb: *const i8,
+    sums16: __m256i,
+    qs_at: usize,
+    high: Option<usize>,
+) -> (i32, i32, f32, f32) {
+    let p = blk.as_ptr();
+    let sm = k4_scales_mins(&blk[4..16]);
+    let msum = k4_msum(sm, sums16);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let bit4 = _mm256_set1_epi8(0x10);
+    let mut hb = match high {
+        Some(at) => load(p.add(at)),
+        None => _mm256_setzero_si256(),
+    };
+    let mut acc = _mm256_setzero_si256();
+    for j in 0..4 {
+        let v = load(p.add(qs_at + 32 * j));
+        let mut lo = _mm256_and_si256(v, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+        if high.is_some() {
+            // Bits 2j and 2j+1 of qh (now bits 0 and 1) become bit 4 of the two codes.
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16::<4>(hb), bit4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16::<3>(hb), bit4));
+            hb = _mm256_srli_epi16::<2>(hb);
+        }
+        let x0 = load_x(xb.add(64 * j));
+        let x1 = load_x(xb.add(64 * j + 32));
+        acc = _mm256_add_epi32(acc, dot_scaled(lo, x0, bcast_scale(sm, 2 * j)));
+        acc = _mm256_add_epi32(acc, dot_scaled(hi, x1, bcast_scale(sm, 2 * j + 1)));
+    }
+    (hsum(acc), msum, f16_at(blk, 0), f16_at(blk, 2))
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q4k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kquant_dot(w, x, row, 144, Shape::ScaleMinusMin, |blk, xb, sums16| {
+        k4_block(blk, xb, sums16, 16, None)
+    })
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kquant_dot(w, x, row, 176, Shape::ScaleMinusMin, |blk, xb, sums16| {
+        k4_block(blk, xb, sums16, 48, Some(16))
+    })
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q6k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kquant_dot(w, x, row, 210, Shape::Scale, |blk, xb, sums16| {
+        let p = blk.as_ptr();
+        let sc = _mm_loadu_si128(p.add(192) as *const __m128i);
+        // Codes are u - 32 with u in 0..64; the -32 goes through the group sums.
+        let corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), sums16);
+        let mut acc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(corr));
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(0x30);
+        for n in 0..2 {
+            let ql0 = load(p.add(64 * n));
+            let ql1 = load(p.add(64 * n + 32));
+            let qh = load(p.add(128 + 32 * n));
+            // Two high bits each from qh bits 0-1, 2-3, 4-5, 6-7, moved to bits 4-5.
+            let codes = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                    _mm256_and_si256(qh, m2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+                ),
+            ];
+            for (i, u) in codes.into_iter().enumerate() {
+                let xv = load_x(xb.add(128 * n + 32 * i));
+                acc = _mm256_add_epi32(acc, dot_scaled(u, xv, pair_scales(sc, 4 * n + i)));
+            }
+        }
+        (hsum(acc), 0, f16_at(blk, 208), 0.0)
+    })
+}

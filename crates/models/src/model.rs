@@ -1,0 +1,175 @@
+//! A loaded model: configuration, weights in place (mmap), the RoPE table, and the forward pass.
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::weights::{bind, Naming, Weights};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tf_core::{BlockId, DType, TokenId};
+use tf_kernels::ops::RopeTable;
+use tf_kernels::SimdLevel;
+use tf_weights::{GgufFile, SafetensorsModel, TensorSource};
+
+/// One row of a forward call: a token of some sequence at an absolute position.
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
+    pub token: TokenId,
+    pub pos: usize,
+    /// The sequence's KV block table (must cover `pos`).
+    pub table: &'a [BlockId],
+    /// Whether this row's logits are wanted.
+    pub logits: bool,
+    /// Optional key visibility over positions `0..=pos` (tree drafts); `None` = causal.
+    pub visible: Option<&'a [bool]>,
+}
+
+/// Where the weights live.
+pub enum Source {
+    Gguf(Arc<GgufFile>),
+    Hf(Arc<SafetensorsModel>),
+}
+
+pub struct Model {
+    // Declared first so it is dropped before the storage it borrows from.
+    pub(crate) weights: Weights<'static>,
+    pub config: ModelConfig,
+    pub(crate) rope: RopeTable,
+    pub level: SimdLevel,
+    source: Source,
+    path: PathBuf,
+}
+
+/// Positions covered by the precomputed RoPE table (beyond it, the same values are computed on
+/// the fly).
+const ROPE_TABLE_MAX: usize = 32768;
+
+impl Model {
+    /// Loads a GGUF file or a Hugging Face safetensors directory. The architecture and every tensor
+    /// shape are checked before any weight is read.
+    pub fn load(path: &Path) -> Result<Model> {
+        if path.is_dir() {
+            let st = Arc::new(SafetensorsModel::open(path)?);
+            let cfg = ModelConfig::from_hf(st.config(), &path.display().to_string())?;
+            Self::assemble(cfg, Source::Hf(st), path)
+        } else {
+            let g = Arc::new(GgufFile::open(path)?);
+            let cfg = ModelConfig::from_gguf(&g)?;
+            Self::assemble(cfg, Source::Gguf(g), path)
+        }
+    }
+
+    /// A model from an already-parsed GGUF (e.g. one built in memory by a test).
+    pub fn from_gguf(g: GgufFile) -> Result<Model> {
+        let cfg = ModelConfig::from_gguf(&g)?;
+        let path = g.path().to_path_buf();
+        Self::assemble(cfg, Source::Gguf(Arc::new(g)), &path)
+    }
+
+    fn assemble(config: ModelConfig, source: Source, path: &Path) -> Result<Model> {
+        let (src, naming): (&dyn TensorSource, Naming) = match &source {
+            Source::Gguf(g) => (g.as_ref(), Naming::Gguf),
+            Source::Hf(s) => (s.as_ref(), Naming::Hf),
+        };
+        // SAFETY: `weights` borrows from the mmaps owned (through an `Arc`) by `source`, which is
+        // stored in the same `Model`, never replaced, and dropped after `weights`. Mmapped memory
+        // does not move when the `Arc` moves.
+        let src: &'static dyn TensorSource =
+            unsafe { std::mem::transmute::<&dyn TensorSource, &'static dyn TensorSource>(src) };
+        let weights = bind(src, naming, &config)?;
+        let rope = RopeTable::new(
+            config.rope_dim,
+            config.rope_base,
+            config.context_len.min(ROPE_TABLE_MAX),
+        );
+        Ok(Model {
+            weights,
+            config,
+            rope,
+            level: tf_kernels::detect(),
+            source,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The GGUF file, when the model came from one (tokenizer and chat template live there).
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        match &self.source {
+            Source::Gguf(g) => Some(g),
+            Source::Hf(_) => None,
+        }
+    }
+
+    pub fn hf(&self) -> Option<&SafetensorsModel> {
+        match &self.source {
+            Source::Hf(s) => Some(s),
+            Source::Gguf(_) => None,
+        }
+    }
+
+    /// Bytes of weight data the model reads (the embedding counted once even when tied).
+    pub fn weight_bytes(&self) -> usize {
+        let w = &self.weights;
+        let mut total = w.embed.data.len() + w.norm.len() * 4;
+        if !w.tied_output {
+            total += w.output.data.len();
+        }
+        for l in &w.layers {
+            total += [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]
+                .iter()
+                .map(|m| m.data.len())
+                .sum::<usize>();
+            total += (l.attn_norm.len() + l.ffn_norm.len()) * 4;
+        }
+        total
+    }
+
+    /// Bytes read from weights per decoded token (everything but the embedding table, of which one
+    /// row is read).
+    pub fn bytes_per_token(&self) -> usize {
+        let w = &self.weights;
+        let embed = if w.tied_output { 0 } else { w.embed.data.len() };
+        self.weight_bytes() - embed
+    }
+
+    pub fn tied_output(&self) -> bool {
+        self.weights.tied_output
+    }
+
+    /// Counts of tensor types over the matrices (for `info`).
+    pub fn tensor_types(&self) -> Vec<(DType, usize)> {
+        let mut counts = std::collections::BTreeMap::new();
+        let w = &self.weights;
+        let mut add = |d: DType| *counts.entry(d).or_insert(0) += 1;
+        add(w.embed.dtype);
+        if !w.tied_output {
+            add(w.output.dtype);
+        }
+        for l in &w.layers {
+            for m in [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down] {
+                add(m.dtype);
+            }
+        }
+        counts.into_iter().collect()
+    }
+
+    pub(crate) fn check_row(&self, row: &Row) -> Result<()> {
+        if row.token as usize >= self.config.vocab {
+            return Err(ModelError::InvalidToken {
+                token: row.token,
+                vocab: self.config.vocab,
+            });
+        }
+        let cap = row.table.len() * tf_kernels::kv::BLOCK_SIZE;
+        if row.pos >= cap {
+            return Err(ModelError::PositionOutOfRange {
+                pos: row.pos,
+                context: cap,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! The decoder forward pass shared by every llama-like family, over rows of any number of
+//! sequences. Each op is row-exact, so a row's logits are the same whatever else is in the call.
+
+use crate::error::Result;
+use crate::model::{Model, Row};
+use tf_kernels::attention::{attention, AttnShape, RowKeys};
+use tf_kernels::kv::KvCache;
+use tf_kernels::matmul::{matmul, Activations};
+use tf_kernels::ops::{rms_norm, rms_norm_heads, swiglu};
+use tf_kernels::ThreadPool;
+
+fn norm_rows(model: &Model, x: &[f32], w: &[f32], out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        rms_norm(model.level, xr, w, model.config.norm_eps, or);
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: &Option<Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            for (v, bb) in row.iter_mut().zip(b) {
+                *v += bb;
+            }
+        }
+    }
+}
+
+impl Model {
+    /// Runs the model over `rows` (of one or several sequences), writing each row's key and value
+    /// into `kv` before attention. Returns the logits of the rows with `logits: true`, in order,
+    /// `vocab` values each.
+    pub fn forward(&self, pool: &ThreadPool, rows: &[Row], kv: &mut KvCache) -> Result<Vec<f32>> {
+        for r in rows {
+            self.check_row(r)?;
+        }
+        let cfg = &self.config;
+        let level = self.level;
+        let m = rows.len();
+        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        let w = &self.weights;
+
+        let mut x = vec![0f32; m * d];
+        for (r, row) in rows.iter().enumerate() {
+            let bytes = w
+                .embed
+                .row(row.token as usize)
+                .expect("token checked against vocab");
+            tf_weights::dequantize_row(w.embed.dtype, bytes, &mut x[r * d..(r + 1) * d]);
+        }
+        let mut h = vec![0f32; m * d];
+        let mut q = vec![0f32; m * qd];
+        let mut k = vec![0f32; m * kvd];
+        let mut v = vec![0f32; m * kvd];
+        let mut att = vec![0f32; m * qd];
+        let mut o = vec![0f32; m * d];
+        let mut gate = vec![0f32; m * f];
+        let mut up = vec![0f32; m * f];
+        let mut act = vec![0f32; m * f];
+        let shape = AttnShape {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        };
+        let keys: Vec<RowKeys> = rows
+            .iter()
+            .map(|r| RowKeys {
+                table: r.table,
+                n_keys: r.pos + 1,
+                visible: r.visible,
+            })
+            .collect();
+
+        for (li, lw) in w.layers.iter().enumerate() {
+            norm_rows(self, &x, &lw.attn_norm, &mut h);
+            let hx = Activations::new(level, &h, m, d);
+            matmul(pool, &lw.wq, &hx, &mut q);
+            matmul(pool, &lw.wk, &hx, &mut k);
+            matmul(pool, &lw.wv, &hx, &mut v);
+            add_bias(&mut q, &lw.bq);
+            add_bias(&mut k, &lw.bk);
+            add_bias(&mut v, &lw.bv);
+            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                rms_norm_heads(level, &mut q, qn, cfg.norm_eps);
+                rms_norm_heads(level, &mut k, kn, cfg.norm_eps);
+            }
+            for (r, row) in rows.iter().enumerate() {
+                self.rope.apply(
+                    &mut q[r * qd..(r + 1) * qd],
+                    cfg.head_dim,
+                    row.pos,
+                    cfg.rope_style,
+                );
+                self.rope.apply(
+                    &mut k[r * kvd..(r + 1) * kvd],
+                    cfg.head_dim,
+                    row.pos,
+                    cfg.rope_style,
+                );
+                kv.write(
+                    li,
+                    row.table,
+                    row.pos,
+                    &k[r * kvd..(r + 1) * kvd],
+                    &v[r * kvd..(r + 1) * kvd],
+                );
+            }
+            attention(pool, level, &shape, &q, &keys, kv.layer(li), &mut att);
+            let ax = Activations::new(level, &att, m, qd);
+            matmul(pool, &lw.wo, &ax, &mut o);
+            for (xv, ov) in x.iter_mut().zip(&o) {
+                *xv += ov;
+            }
+
+            norm_rows(self, &x, &lw.ffn_norm, &mut h);
+            let hx = Activations::new(level, &h, m, d);
+            matmul(pool, &lw.w_gate, &hx, &mut gate);
+            matmul(pool, &lw.w_up, &hx, &mut up);
+            swiglu(level, &gate, &up, &mut act);
+            let fx = Activations::new(level, &act, m, f);
+            matmul(pool, &lw.w_down, &fx, &mut o);
+            for (xv, ov) in x.iter_mut().zip(&o) {
+                *xv += ov;
+            }
+        }
+
+        let want: Vec<usize> = (0..m).filter(|&r| rows[r].logits).collect();
+        if want.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut xs = Vec::with_capacity(want.len() * d);
+        for &r in &want {
+            xs.extend_from_slice(&x[r * d..(r + 1) * d]);
+        }
+        let mut hs = vec![0f32; xs.len()];
+        norm_rows(self, &xs, &w.norm, &mut hs);
+        let hx = Activations::new(level, &hs, want.len(), d);
+        let mut logits = vec![0f32; want.len() * cfg.vocab];
+        matmul(pool, &w.output, &hx, &mut logits);
+        Ok(logits)
+    }
+}

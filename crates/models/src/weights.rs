@@ -1,0 +1,167 @@
+//! Binding a family's tensors by name, with every shape checked before the first forward.
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use tf_kernels::matmul::WeightMatrix;
+use tf_weights::{TensorSource, TensorView};
+
+/// Tensor naming of the two checkpoint formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    Gguf,
+    Hf,
+}
+
+impl Naming {
+    fn global(self, what: &str) -> &'static str {
+        match (self, what) {
+            (Naming::Gguf, "embed") => "token_embd.weight",
+            (Naming::Gguf, "norm") => "output_norm.weight",
+            (Naming::Gguf, "output") => "output.weight",
+            (Naming::Hf, "embed") => "model.embed_tokens.weight",
+            (Naming::Hf, "norm") => "model.norm.weight",
+            (Naming::Hf, "output") => "lm_head.weight",
+            _ => unreachable!("unknown global tensor {what}"),
+        }
+    }
+
+    fn layer(self, i: usize, what: &str) -> String {
+        match self {
+            Naming::Gguf => format!("blk.{i}.{what}"),
+            Naming::Hf => {
+                let hf = match what {
+                    "attn_norm.weight" => "input_layernorm.weight",
+                    "attn_q.weight" => "self_attn.q_proj.weight",
+                    "attn_k.weight" => "self_attn.k_proj.weight",
+                    "attn_v.weight" => "self_attn.v_proj.weight",
+                    "attn_output.weight" => "self_attn.o_proj.weight",
+                    "attn_q.bias" => "self_attn.q_proj.bias",
+                    "attn_k.bias" => "self_attn.k_proj.bias",
+                    "attn_v.bias" => "self_attn.v_proj.bias",
+                    "attn_q_norm.weight" => "self_attn.q_norm.weight",
+                    "attn_k_norm.weight" => "self_attn.k_norm.weight",
+                    "ffn_norm.weight" => "post_attention_layernorm.weight",
+                    "ffn_gate.weight" => "mlp.gate_proj.weight",
+                    "ffn_up.weight" => "mlp.up_proj.weight",
+                    "ffn_down.weight" => "mlp.down_proj.weight",
+                    _ => unreachable!("unknown layer tensor {what}"),
+                };
+                format!("model.layers.{i}.{hf}")
+            }
+        }
+    }
+}
+
+pub struct LayerWeights<'a> {
+    pub attn_norm: Vec<f32>,
+    pub wq: WeightMatrix<'a>,
+    pub wk: WeightMatrix<'a>,
+    pub wv: WeightMatrix<'a>,
+    pub wo: WeightMatrix<'a>,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: WeightMatrix<'a>,
+    pub w_up: WeightMatrix<'a>,
+    pub w_down: WeightMatrix<'a>,
+}
+
+pub struct Weights<'a> {
+    pub embed: TensorView<'a>,
+    pub norm: Vec<f32>,
+    /// The output head (the embedding when tied).
+    pub output: WeightMatrix<'a>,
+    pub tied_output: bool,
+    pub layers: Vec<LayerWeights<'a>>,
+}
+
+struct Binder<'a> {
+    src: &'a dyn TensorSource,
+}
+
+impl<'a> Binder<'a> {
+    fn view(&self, name: &str, dims: &[usize]) -> Result<TensorView<'a>> {
+        let t = self
+            .src
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                source_path: self.src.describe(),
+                name: name.to_string(),
+            })?;
+        if t.dims != dims {
+            return Err(ModelError::BadShape {
+                source_path: self.src.describe(),
+                name: name.to_string(),
+                expected: dims.to_vec(),
+                found: t.dims.to_vec(),
+            });
+        }
+        Ok(t)
+    }
+
+    fn matrix(&self, name: &str, k: usize, n: usize) -> Result<WeightMatrix<'a>> {
+        let t = self.view(name, &[k, n])?;
+        WeightMatrix::new(t.dtype, k, n, t.data).ok_or_else(|| ModelError::BadShape {
+            source_path: self.src.describe(),
+            name: name.to_string(),
+            expected: vec![k, n],
+            found: t.dims.to_vec(),
+        })
+    }
+
+    fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
+        Ok(self.view(name, &[n])?.to_f32()?)
+    }
+
+    fn opt_vector(&self, name: &str, n: usize, wanted: bool) -> Result<Option<Vec<f32>>> {
+        if !wanted {
+            return Ok(None);
+        }
+        self.vector(name, n).map(Some)
+    }
+}
+
+pub fn bind<'a>(
+    src: &'a dyn TensorSource,
+    naming: Naming,
+    cfg: &ModelConfig,
+) -> Result<Weights<'a>> {
+    let b = Binder { src };
+    let (d, q, kv, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+    let embed = b.view(naming.global("embed"), &[d, cfg.vocab])?;
+    let (output, tied_output) = match src.tensor(naming.global("output")) {
+        Some(_) => (b.matrix(naming.global("output"), d, cfg.vocab)?, false),
+        None => (b.matrix(naming.global("embed"), d, cfg.vocab)?, true),
+    };
+    let fam = cfg.family;
+    let mut layers = Vec::with_capacity(cfg.n_layers);
+    for i in 0..cfg.n_layers {
+        let n = |w: &str| naming.layer(i, w);
+        layers.push(LayerWeights {
+            attn_norm: b.vector(&n("attn_norm.weight"), d)?,
+            wq: b.matrix(&n("attn_q.weight"), d, q)?,
+            wk: b.matrix(&n("attn_k.weight"), d, kv)?,
+            wv: b.matrix(&n("attn_v.weight"), d, kv)?,
+            wo: b.matrix(&n("attn_output.weight"), q, d)?,
+            bq: b.opt_vector(&n("attn_q.bias"), q, fam.qkv_bias)?,
+            bk: b.opt_vector(&n("attn_k.bias"), kv, fam.qkv_bias)?,
+            bv: b.opt_vector(&n("attn_v.bias"), kv, fam.qkv_bias)?,
+            q_norm: b.opt_vector(&n("attn_q_norm.weight"), cfg.head_dim, fam.qk_norm)?,
+            k_norm: b.opt_vector(&n("attn_k_norm.weight"), cfg.head_dim, fam.qk_norm)?,
+            ffn_norm: b.vector(&n("ffn_norm.weight"), d)?,
+            w_gate: b.matrix(&n("ffn_gate.weight"), d, f)?,
+            w_up: b.matrix(&n("ffn_up.weight"), d, f)?,
+            w_down: b.matrix(&n("ffn_down.weight"), f, d)?,
+        });
+    }
+    Ok(Weights {
+        embed,
+        norm: b.vector(naming.global("norm"), d)?,
+        output,
+        tied_output,
+        layers,
+    })
+}
