@@ -13,6 +13,7 @@ pub mod error;
 pub mod families;
 pub mod model;
 pub mod registry;
+pub mod synth;
 mod transformer;
 mod weights;
 
