@@ -1,1 +1,108 @@
-fn main() {}
+//! `tensorfold`: the TensorFold command-line binary.
+//!
+//! Subcommands live one per module; errors travel as `anyhow` values and are printed, with their
+//! whole context chain, only here.
+
+mod bench;
+mod chat;
+mod generate;
+mod info;
+mod load;
+mod models;
+mod pull;
+mod run;
+mod sample;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tensorfold",
+    version,
+    about = "TensorFold: exact, fast LLM inference on the CPU",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every subcommand accepts (before or after the subcommand name).
+#[derive(Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Model cache root (default: $TENSORFOLD_CACHE, else $XDG_CACHE_HOME/tensorfold, else
+    /// ~/.cache/tensorfold).
+    #[arg(
+        long = "cache-dir",
+        visible_alias = "cache",
+        value_name = "DIR",
+        global = true
+    )]
+    pub cache_dir: Option<PathBuf>,
+    /// Worker threads for the forward pass (default: available parallelism).
+    #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    threads: Option<u32>,
+    /// Use only local files and the cache: never download.
+    #[arg(long, global = true)]
+    pub offline: bool,
+}
+
+impl GlobalArgs {
+    pub fn cache_dir(&self) -> PathBuf {
+        tf_fetch::cache_dir(self.cache_dir.as_deref())
+    }
+
+    pub fn threads(&self) -> Option<usize> {
+        self.threads.map(|n| n as usize)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate text: a raw completion (--prompt), one chat turn (--chat --prompt) or an
+    /// interactive chat (--chat).
+    Run(run::RunArgs),
+    /// Show a model's architecture, sizes and memory needs (does not download).
+    Info(info::InfoArgs),
+    /// List the built-in model catalogue.
+    Models,
+    /// Download a model into the cache (if needed) and print its path.
+    Pull(pull::PullArgs),
+    /// Measure prefill and decode speed, like llama-bench.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Run(args) => run::run(args, &cli.global),
+        Command::Info(args) => info::run(args, &cli.global),
+        Command::Models => models::run(&cli.global),
+        Command::Pull(args) => pull::run(args, &cli.global),
+        Command::Bench(args) => bench::run(args, &cli.global),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A closed stdout (`tensorfold run ... | head`) is the reader's choice, not a failure.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -151,13 +151,13 @@ impl ModelConfig {
         if self.n_layers == 0 || self.d_model == 0 || self.n_heads == 0 || self.vocab == 0 {
             return bad("zero layers, width, heads or vocabulary");
         }
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad("head_count is not a multiple of head_count_kv");
         }
-        if self.head_dim == 0 || self.head_dim > 256 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || self.head_dim > 256 || !self.head_dim.is_multiple_of(2) {
             return bad("head dimension must be even and at most 256");
         }
-        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
+        if self.rope_dim > self.head_dim || !self.rope_dim.is_multiple_of(2) {
             return bad("rope dimension must be even and at most the head dimension");
         }
         Ok(())

@@ -121,9 +121,10 @@ fn rows_of_other_sequences_do_not_change_a_bit() {
         let mut rows = Vec::new();
         let mut owner = Vec::new();
         for s in (0..seqs.len()).rev() {
-            for q in p..(p + step).min(seqs[s].len()) {
+            let end = (p + step).min(seqs[s].len());
+            for (q, &token) in seqs[s].iter().enumerate().take(end).skip(p) {
                 rows.push(Row {
-                    token: seqs[s][q],
+                    token,
                     pos: q,
                     table: &tables[s],
                     logits: true,

@@ -352,7 +352,7 @@ fn locate_tensor(
         .dtype
         .bytes_for(n_elems)
         .ok_or_else(|| corrupt(format!("byte size of dims {:?} overflows", t.dims)))?;
-    if t.relative_offset % alignment as u64 != 0 {
+    if !t.relative_offset.is_multiple_of(alignment as u64) {
         return Err(corrupt(format!(
             "data offset {} is not a multiple of the alignment {alignment}",
             t.relative_offset

@@ -1,0 +1,252 @@
+//! `tensorfold bench`: prefill and decode speed in the manner of llama-bench.
+//!
+//! Prefill (`ppN`): N deterministic pseudo-random token ids through the model in chunks of
+//! [`PP_CHUNK_ROWS`] rows, logits of the last row only. Decode (`tgN`): after a short prompt, N
+//! tokens one row per forward, each the greedy choice of the previous row. Every test runs once
+//! to warm up (page faults of the mmapped weights, worker wake-up), then `--reps` times; the
+//! table shows the median.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use tf_core::{BlockId, TokenId};
+use tf_kernels::kv::{KvCache, BLOCK_SIZE};
+use tf_kernels::ThreadPool;
+use tf_models::{Model, Row};
+
+use crate::load::{self, gib};
+use crate::sample::{argmax, SplitMix64};
+use crate::GlobalArgs;
+
+/// Rows per prefill forward in the benchmark.
+pub const PP_CHUNK_ROWS: usize = 512;
+/// Prompt length before the decode test.
+const TG_PROMPT_TOKENS: usize = 8;
+/// Seed of the benchmark's token ids (any fixed value: the ids only need to be reproducible).
+const BENCH_SEED: u64 = 0x7E45_0F01D;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Model: a catalogue name, a GGUF file, a Hugging Face model directory, or
+    /// owner/repo/file.gguf (default: the catalogue's default model).
+    #[arg(value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Prompt tokens of the prefill test (0 skips it).
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub pp: usize,
+    /// Tokens of the decode test (0 skips it).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub tg: usize,
+    /// Measured repetitions of each test (after one warm-up run).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reps: u32,
+}
+
+/// One benchmark's measurements, in tokens per second.
+struct Measured {
+    test: String,
+    runs: Vec<f64>,
+}
+
+impl Measured {
+    fn median(&self) -> f64 {
+        let mut v = self.runs.clone();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    }
+}
+
+struct Bench<'a> {
+    model: &'a Model,
+    pool: &'a ThreadPool,
+    kv: KvCache,
+    table: Vec<BlockId>,
+    ids: Vec<TokenId>,
+}
+
+impl Bench<'_> {
+    /// Prefill of all ids from position 0; returns tokens per second.
+    fn prefill(&mut self, n: usize) -> Result<f64> {
+        let start = Instant::now();
+        self.forward_range(0, n)?;
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// Positions `from..to` of `ids` in chunks; returns the last row's logits.
+    fn forward_range(&mut self, from: usize, to: usize) -> Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        let mut pos = from;
+        while pos < to {
+            let end = (pos + PP_CHUNK_ROWS).min(to);
+            let rows: Vec<Row> = (pos..end)
+                .map(|p| Row {
+                    token: self.ids[p],
+                    pos: p,
+                    table: &self.table,
+                    logits: p + 1 == to,
+                    visible: None,
+                })
+                .collect();
+            logits = self.model.forward(self.pool, &rows, &mut self.kv)?;
+            pos = end;
+        }
+        Ok(logits)
+    }
+
+    /// `tg` greedy decode steps after a short prompt; returns tokens per second.
+    fn decode(&mut self, tg: usize) -> Result<f64> {
+        let mut logits = self.forward_range(0, TG_PROMPT_TOKENS)?;
+        let start = Instant::now();
+        for i in 0..tg {
+            let token = argmax(&logits);
+            let row = Row {
+                token,
+                pos: TG_PROMPT_TOKENS + i,
+                table: &self.table,
+                logits: true,
+                visible: None,
+            };
+            logits = self
+                .model
+                .forward(self.pool, std::slice::from_ref(&row), &mut self.kv)?;
+        }
+        Ok(tg as f64 / start.elapsed().as_secs_f64())
+    }
+}
+
+fn measure(reps: u32, mut f: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
+    f()?; // warm-up
+    (0..reps).map(|_| f()).collect()
+}
+
+pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
+    if args.pp == 0 && args.tg == 0 {
+        bail!("nothing to measure: --pp and --tg are both 0");
+    }
+    let spec = load::spec_or_default(args.model.as_deref());
+    let path = load::resolve(spec, global)?;
+    let loaded = load::load(&path)?;
+    let model = &loaded.model;
+    let cfg = &model.config;
+    let pool = load::thread_pool(global);
+
+    let positions = args.pp.max(TG_PROMPT_TOKENS + args.tg);
+    let blocks = positions.div_ceil(BLOCK_SIZE);
+    let mut rng = SplitMix64::new(BENCH_SEED);
+    let ids = (0..positions.max(TG_PROMPT_TOKENS))
+        .map(|_| (rng.next_u64() % cfg.vocab as u64) as TokenId)
+        .collect();
+    let mut bench = Bench {
+        model,
+        pool: &pool,
+        kv: KvCache::new(cfg.n_layers, cfg.kv_dim(), blocks),
+        table: (0..blocks as BlockId).collect(),
+        ids,
+    };
+
+    eprintln!(
+        "bench: {} ({}, {} layers), {} threads, {}; {} warm-up + {} measured runs per test",
+        path.display(),
+        cfg.family.name,
+        cfg.n_layers,
+        pool.threads(),
+        model.level.name(),
+        1,
+        args.reps
+    );
+    let mut results = Vec::new();
+    if args.pp > 0 {
+        let runs = measure(args.reps, || bench.prefill(args.pp))?;
+        eprintln!("pp{}: {}", args.pp, fmt_runs(&runs));
+        results.push(Measured {
+            test: format!("pp{}", args.pp),
+            runs,
+        });
+    }
+    let bytes_per_token = model.bytes_per_token() as f64;
+    if args.tg > 0 {
+        let runs = measure(args.reps, || bench.decode(args.tg))?;
+        eprintln!("tg{}: {}", args.tg, fmt_runs(&runs));
+        results.push(Measured {
+            test: format!("tg{}", args.tg),
+            runs,
+        });
+    }
+
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let weights = format!("{:.2} GiB", gib(model.weight_bytes() as u64));
+    let header = [
+        "model", "weights", "threads", "test", "tok/s", "runs", "GB/token", "GB/s",
+    ];
+    let mut rows = Vec::new();
+    for m in &results {
+        let median = m.median();
+        let is_decode = m.test.starts_with("tg");
+        rows.push([
+            name.clone(),
+            weights.clone(),
+            pool.threads().to_string(),
+            m.test.clone(),
+            format!("{median:.2}"),
+            fmt_runs(&m.runs),
+            if is_decode {
+                format!("{:.3}", bytes_per_token / 1e9)
+            } else {
+                "-".into()
+            },
+            if is_decode {
+                format!("{:.2}", bytes_per_token * median / 1e9)
+            } else {
+                "-".into()
+            },
+        ]);
+    }
+    print_table(&header, &rows);
+    Ok(())
+}
+
+fn fmt_runs(runs: &[f64]) -> String {
+    runs.iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A Markdown table, columns padded to their widest cell.
+fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("| {} |", padded.join(" | "));
+    };
+    line(header.to_vec());
+    println!(
+        "|{}|",
+        widths
+            .iter()
+            .map(|w| "-".repeat(w + 2))
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}

@@ -1,0 +1,208 @@
+//! End-to-end tests of the `tensorfold` binary on the real SmolLM2-135M file.
+//!
+//! The model is looked up in `$TENSORFOLD_CACHE/models/` or `~/.cache/tensorfold/models/`;
+//! fetch it with `scripts/fetch-test-models` when missing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const SMOLLM2_FILE: &str = "smollm2-135m-instruct-q4_1.gguf";
+
+fn cache_root() -> PathBuf {
+    match std::env::var_os("TENSORFOLD_CACHE").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            Path::new(&home).join(".cache").join("tensorfold")
+        }
+    }
+}
+
+fn smollm2() -> PathBuf {
+    let path = cache_root().join("models").join(SMOLLM2_FILE);
+    assert!(
+        path.is_file(),
+        "test model {} is missing: run scripts/fetch-test-models (or set TENSORFOLD_CACHE)",
+        path.display()
+    );
+    path
+}
+
+/// The binary with the test cache, offline, two threads (tests run side by side).
+fn tensorfold(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfold"));
+    cmd.arg("--cache-dir")
+        .arg(cache_root())
+        .args(["--offline", "--threads", "2"])
+        .args(args);
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    tensorfold(args).output().expect("the binary starts")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("tensorfold-cli-test-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn models_lists_the_catalogue() {
+    let out = run(&["models"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for name in ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"] {
+        assert!(stdout.contains(name), "{name} missing from:\n{stdout}");
+    }
+}
+
+#[test]
+fn info_describes_smollm2() {
+    let path = smollm2();
+    let out = run(&["info", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("llama"), "{stdout}");
+    let layers = stdout
+        .lines()
+        .find(|l| l.starts_with("layers"))
+        .unwrap_or_else(|| panic!("no layers line in:\n{stdout}"));
+    assert_eq!(layers.split_whitespace().last(), Some("30"), "{stdout}");
+}
+
+#[test]
+fn run_completes_a_prompt() {
+    smollm2();
+    let out = run(&[
+        "run",
+        "smollm2-135m",
+        "--prompt",
+        "def fib(n):",
+        "--max-tokens",
+        "8",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).trim().is_empty(), "no text generated");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("prompt:") && stderr.contains("generated:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn same_seed_same_text() {
+    smollm2();
+    let args = [
+        "run",
+        "smollm2-135m",
+        "--prompt",
+        "def fib(n):",
+        "--max-tokens",
+        "8",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "7",
+    ];
+    let a = run(&args);
+    let b = run(&args);
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    assert!(b.status.success(), "{}", text(&b.stderr));
+    assert!(!a.stdout.is_empty());
+    assert_eq!(text(&a.stdout), text(&b.stdout));
+}
+
+#[test]
+fn chat_turns_share_the_cache() {
+    smollm2();
+    let mut child = tensorfold(&["run", "smollm2-135m", "--chat", "--max-tokens", "6"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Hello!\nWhat is 2+2?\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("generated:").count(), 2, "{stderr}");
+    assert!(
+        stderr.contains("re-used from the previous turn"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_model_file_is_named() {
+    let path = temp_path("no-such-model.gguf");
+    let out = run(&["run", path.to_str().unwrap(), "--prompt", "hi"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+}
+
+#[test]
+fn truncated_gguf_is_named() {
+    let bytes = std::fs::read(smollm2()).unwrap();
+    let path = temp_path("truncated.gguf");
+    std::fs::write(&path, &bytes[..1000]).unwrap();
+    let out = run(&["info", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).ok();
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn prompt_longer_than_context_is_an_error() {
+    smollm2();
+    let out = run(&[
+        "run",
+        "smollm2-135m",
+        "--prompt",
+        "one two three four five six seven",
+        "--context",
+        "4",
+    ]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--context"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_flags_are_named() {
+    let out = run(&["run", "--prompt", "x", "--max-tokens", "many"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--max-tokens"));
+    let out = run(&["run", "--prompt", "x", "--temperature", "-1"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--temperature"));
+}
+
+#[test]
+fn info_does_not_fetch() {
+    let empty = temp_path("empty-cache");
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .arg("--cache-dir")
+        .arg(&empty)
+        .args(["info", "smollm2-135m"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("tensorfold pull smollm2-135m"), "{stderr}");
+    assert!(!empty.join("models").exists());
+}
