@@ -90,7 +90,7 @@ impl Bench<'_> {
                     pos: p,
                     table: &self.table,
                     logits: p + 1 == to,
-                    visible: None,
+                    tree: None,
                 })
                 .collect();
             logits = self.model.forward(self.pool, &rows, &mut self.kv)?;
@@ -110,7 +110,7 @@ impl Bench<'_> {
                 pos: TG_PROMPT_TOKENS + i,
                 table: &self.table,
                 logits: true,
-                visible: None,
+                tree: None,
             };
             logits = self
                 .model

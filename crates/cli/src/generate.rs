@@ -130,7 +130,7 @@ impl<'a> Generator<'a> {
                     pos,
                     table: &self.table,
                     logits: pos + 1 == self.tokens.len(),
-                    visible: None,
+                    tree: None,
                 })
                 .collect();
             let out = self.model.forward(self.pool, &rows, &mut self.kv)?;

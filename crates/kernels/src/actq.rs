@@ -18,7 +18,7 @@ pub enum ActBlock {
 }
 
 impl ActBlock {
-    pub fn len(self) -> usize {
+    pub fn values(self) -> usize {
         match self {
             ActBlock::B32 => 32,
             ActBlock::B256 => 256,
@@ -41,7 +41,7 @@ pub struct QuantAct {
     pub k: usize,
     /// `rows * k` quantized values.
     pub qs: Vec<i8>,
-    /// One scale per block: `rows * k / block.len()`.
+    /// One scale per block: `rows * k / block.values()`.
     pub d: Vec<f32>,
     /// One integer sum per `block.sum_len()` values: `rows * k / sum_len`.
     pub sums: Vec<i16>,
@@ -57,23 +57,23 @@ impl QuantAct {
     pub fn new(level: SimdLevel, block: ActBlock, x: &[f32], rows: usize, k: usize) -> QuantAct {
         assert_eq!(x.len(), rows * k);
         assert_eq!(
-            k % block.len(),
+            k % block.values(),
             0,
             "k={k} is not a multiple of {}",
-            block.len()
+            block.values()
         );
         let mut q = QuantAct {
             block,
             rows,
             k,
             qs: vec![0; rows * k],
-            d: vec![0.0; rows * k / block.len()],
+            d: vec![0.0; rows * k / block.values()],
             sums: vec![0; rows * k / block.sum_len()],
             d_t: Vec::new(),
             sums16_t: Vec::new(),
             sums32_t: Vec::new(),
         };
-        let bl = block.len();
+        let bl = block.values();
         for (bi, chunk) in x.chunks_exact(bl).enumerate() {
             let out = &mut q.qs[bi * bl..(bi + 1) * bl];
             q.d[bi] = quantize_block(level, chunk, out);
@@ -107,7 +107,7 @@ impl QuantAct {
     }
     #[inline(always)]
     pub fn row_d(&self, row: usize) -> &[f32] {
-        let n = self.k / self.block.len();
+        let n = self.k / self.block.values();
         &self.d[row * n..(row + 1) * n]
     }
     #[inline(always)]
@@ -120,7 +120,7 @@ impl QuantAct {
 /// Quantizes one block, returning its scale `d`.
 pub fn quantize_block(level: SimdLevel, x: &[f32], out: &mut [i8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if level >= SimdLevel::Avx2 && x.len() % 8 == 0 {
+    if level >= SimdLevel::Avx2 && x.len().is_multiple_of(8) {
         // SAFETY: AVX2 was detected on this CPU.
         return unsafe { quantize_block_avx2(x, out) };
     }
@@ -131,11 +131,12 @@ pub fn quantize_block(level: SimdLevel, x: &[f32], out: &mut [i8]) -> f32 {
 /// The scalar oracle of the rounding rule.
 pub fn quantize_block_ref(x: &[f32], out: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    if amax == 0.0 {
+    let id = 127.0 / amax;
+    if amax == 0.0 || !id.is_finite() {
+        // All zero, or so close to zero (below ~3.7e-37) that the scale overflows: a zero block.
         out.fill(0);
         return 0.0;
     }
-    let id = 127.0 / amax;
     for (o, v) in out.iter_mut().zip(x) {
         *o = (v * id).round_ties_even().clamp(-128.0, 127.0) as i8;
     }
@@ -158,7 +159,7 @@ unsafe fn quantize_block_avx2(x: &[f32], out: &mut [i8]) -> f32 {
     let mut lanes = [0f32; 8];
     _mm256_storeu_ps(lanes.as_mut_ptr(), m);
     let amax = lanes.iter().fold(0f32, |a, v| a.max(*v));
-    if amax == 0.0 {
+    if amax == 0.0 || !(127.0 / amax).is_finite() {
         out.fill(0);
         return 0.0;
     }
@@ -219,5 +220,12 @@ mod tests {
         }
         let zeros = QuantAct::new(SimdLevel::Scalar, ActBlock::B32, &[0.0; 32], 1, 32);
         assert_eq!(zeros.d[0], 0.0);
+        // A block so small that 127/amax overflows quantizes to zeros at every level.
+        let mut tiny = [1e-38f32; 32];
+        tiny[5] = 0.0;
+        for level in SimdLevel::available() {
+            let q = QuantAct::new(level, ActBlock::B32, &tiny, 1, 32);
+            assert!(q.qs.iter().all(|v| *v == 0) && q.d[0] == 0.0, "{level:?}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Attention over the paged KV cache with the canonical key-chunk order (design guide §2.3).
 //!
-//! For a query at position p the visible keys are visited in chunks of [`KEY_CHUNK`] from position
-//! 0. Inside a chunk: scores by the canonical dot, the chunk max, `e = exp(s - m)`, the chunk sum
+//! For a query at position p the keys at positions 0..=p are visited in chunks of [`KEY_CHUNK`]
+//! positions from position 0 (a tree-draft row reads some positions from other KV slots, but the
+//! order is always by position, so it computes exactly what the serial row would). Inside a chunk: scores by the canonical dot, the chunk max, `e = exp(s - m)`, the chunk sum
 //! and value sums in ascending key order (one FMA per key and dimension). Chunks are merged in
 //! ascending order with one formula. Decode, verify and chunked prefill all run exactly this, so a
 //! row's output does not depend on what else is in the call.
@@ -20,11 +21,28 @@ pub const KEY_CHUNK: usize = 32;
 pub struct RowKeys<'a> {
     /// The sequence's block table.
     pub table: &'a [BlockId],
-    /// Keys at positions `0..n_keys` are candidates (the row's own position is `n_keys - 1`).
+    /// Keys at positions `0..n_keys` (the row's own position is `n_keys - 1`).
     pub n_keys: usize,
-    /// Optional visibility of candidate keys (tree drafts); `None` = all visible. Masked keys are
-    /// skipped, never multiplied by zero.
-    pub visible: Option<&'a [bool]>,
+    /// Where positions live in the cache: `None` = position p in slot p. Tree drafts place
+    /// branch tokens in other slots.
+    pub remap: Option<KeyRemap<'a>>,
+}
+
+/// Positions `base..` read from `slots[p - base]` instead of slot p.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRemap<'a> {
+    pub base: usize,
+    pub slots: &'a [usize],
+}
+
+impl RowKeys<'_> {
+    #[inline(always)]
+    pub fn slot(&self, pos: usize) -> usize {
+        match self.remap {
+            Some(r) if pos >= r.base => r.slots[pos - r.base],
+            _ => pos,
+        }
+    }
 }
 
 pub struct AttnShape {
@@ -118,33 +136,18 @@ fn head_body(
     for c0 in (0..keys.n_keys).step_by(KEY_CHUNK) {
         let c1 = (c0 + KEY_CHUNK).min(keys.n_keys);
         let mut m = f32::NEG_INFINITY;
-        let mut any = false;
         for p in c0..c1 {
-            if let Some(vis) = keys.visible {
-                if !vis[p] {
-                    continue;
-                }
-            }
-            let off = kv.offset(keys.table, p) + kvh * hd;
+            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
             let s = canon::dot(level, q, &kv.k[off..off + hd]) * shape.scale;
             scores[p - c0] = s;
             m = m.max(s);
-            any = true;
-        }
-        if !any {
-            continue;
         }
         let mut l = 0f32;
         oc.fill(0.0);
         for p in c0..c1 {
-            if let Some(vis) = keys.visible {
-                if !vis[p] {
-                    continue;
-                }
-            }
             let e = canon::exp(scores[p - c0] - m);
             l += e;
-            let off = kv.offset(keys.table, p) + kvh * hd;
+            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
             let v = &kv.v[off..off + hd];
             for d in 0..hd {
                 oc[d] = e.mul_add(v[d], oc[d]);

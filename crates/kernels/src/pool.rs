@@ -114,7 +114,9 @@ impl ThreadPool {
         let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: lifetime erasure only; see `Job` for why `f` is never called after we return.
         let f: *const (dyn Fn(usize) + Sync) = unsafe {
-            std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync)>(f)
+            std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync)>(
+                f,
+            )
         };
         let job = Arc::new(Job {
             next: AtomicUsize::new(0),
@@ -125,14 +127,18 @@ impl ThreadPool {
         *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.clone());
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
         if self.shared.sleeping.load(Ordering::SeqCst) > 0 {
-            let _s = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _s = self
+                .shared
+                .sleep_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
         job.work();
         let mut spins = 0u32;
         while job.done.load(Ordering::Acquire) < chunks {
             spins += 1;
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -201,7 +207,11 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         {
-            let _s = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _s = self
+                .shared
+                .sleep_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
         for h in self.handles.drain(..) {

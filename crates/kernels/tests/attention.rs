@@ -53,7 +53,7 @@ fn run(
     level: SimdLevel,
     pool: &ThreadPool,
     rows: std::ops::Range<usize>,
-    vis: Option<&[bool]>,
+    remap: Option<tf_kernels::attention::KeyRemap>,
 ) -> Vec<f32> {
     let qd = s.shape.n_heads * s.shape.head_dim;
     let keys: Vec<RowKeys> = rows
@@ -61,7 +61,7 @@ fn run(
         .map(|p| RowKeys {
             table: &s.table,
             n_keys: p + 1,
-            visible: vis,
+            remap,
         })
         .collect();
     let mut out = vec![0f32; keys.len() * qd];
@@ -144,44 +144,51 @@ fn matches_plain_softmax() {
 }
 
 #[test]
-fn masked_keys_are_skipped() {
-    // Hiding keys equals a cache that never held them: compare with a compacted copy.
-    let s = setup(70, 64);
+fn remapped_positions_give_the_serial_bits() {
+    // A tree-draft row reads its last positions from other slots: it must compute exactly what the
+    // same row computes when those positions sit in their own slots.
+    use tf_kernels::attention::KeyRemap;
+    let n = 70;
+    let s = setup(n, 64);
     let pool = ThreadPool::new(1);
-    let vis: Vec<bool> = (0..70).map(|p| p % 3 != 1 || p == 69).collect();
     let qd = s.shape.n_heads * 64;
-    let masked = run(&s, SimdLevel::Scalar, &pool, 69..70, Some(&vis));
-    let kept: Vec<usize> = (0..70).filter(|p| vis[*p]).collect();
-    let mut kv = KvCache::new(1, s.kv.kv_dim, 70usize.div_ceil(BLOCK_SIZE));
-    let table: Vec<u32> = (0..70usize.div_ceil(BLOCK_SIZE) as u32).collect();
+    let serial = run(&s, SimdLevel::Scalar, &pool, n - 1..n, None);
+    // Copy positions 60..70 to slots 90..100 in reverse, scribble over the originals.
+    let base = 60;
+    let slots: Vec<usize> = (base..n).map(|p| 90 + (n - 1 - p)).collect();
+    let blocks = 100usize.div_ceil(BLOCK_SIZE);
+    let mut kv = KvCache::new(1, s.kv.kv_dim, blocks);
+    let table: Vec<u32> = (0..blocks as u32).collect();
     let layer = s.kv.layer(0);
-    for (i, p) in kept.iter().enumerate() {
-        let off = layer.offset(&s.table, *p);
-        kv.write(
-            0,
-            &table,
-            i,
-            &layer.k[off..off + s.kv.kv_dim],
-            &layer.v[off..off + s.kv.kv_dim],
-        );
+    let kvd = s.kv.kv_dim;
+    for p in 0..n {
+        let off = layer.offset(&s.table, p);
+        let (k, v) = (&layer.k[off..off + kvd], &layer.v[off..off + kvd]);
+        let slot = if p >= base { slots[p - base] } else { p };
+        kv.write(0, &table, slot, k, v);
+        if p >= base {
+            kv.write(0, &table, p, &vec![9.0; kvd], &vec![-9.0; kvd]);
+        }
     }
-    let keys = [RowKeys {
-        table: &table,
-        n_keys: kept.len(),
-        visible: None,
-    }];
-    let mut out = vec![0f32; qd];
-    attention(
-        &pool,
-        SimdLevel::Scalar,
-        &s.shape,
-        &s.q[69 * qd..70 * qd],
-        &keys,
-        kv.layer(0),
-        &mut out,
-    );
-    // Chunk boundaries differ between the two layouts, so compare values, not bits.
-    for (a, b) in out.iter().zip(&masked) {
-        assert!((a - b).abs() < 1e-5);
+    for level in SimdLevel::available() {
+        let keys = [RowKeys {
+            table: &table,
+            n_keys: n,
+            remap: Some(KeyRemap {
+                base,
+                slots: &slots,
+            }),
+        }];
+        let mut out = vec![0f32; qd];
+        attention(
+            &pool,
+            level,
+            &s.shape,
+            &s.q[(n - 1) * qd..n * qd],
+            &keys,
+            kv.layer(0),
+            &mut out,
+        );
+        assert!(bits_eq(&out, &serial), "{level:?}");
     }
 }

@@ -19,5 +19,5 @@ mod weights;
 
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
-pub use model::{Model, Row};
+pub use model::{Model, Row, TreeRow};
 pub use registry::{Family, FAMILIES};

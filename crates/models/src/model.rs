@@ -19,8 +19,23 @@ pub struct Row<'a> {
     pub table: &'a [BlockId],
     /// Whether this row's logits are wanted.
     pub logits: bool,
-    /// Optional key visibility over positions `0..=pos` (tree drafts); `None` = causal.
-    pub visible: Option<&'a [bool]>,
+    /// Tree-draft placement; `None` = this row's key and value go to slot `pos` and it reads
+    /// position p from slot p.
+    pub tree: Option<TreeRow<'a>>,
+}
+
+/// A tree-draft row: written to `slot`, reading positions from `remap.base` on through the remap.
+#[derive(Clone, Copy, Debug)]
+pub struct TreeRow<'a> {
+    pub slot: usize,
+    pub remap: tf_kernels::attention::KeyRemap<'a>,
+}
+
+impl Row<'_> {
+    /// The KV slot this row writes.
+    pub fn slot(&self) -> usize {
+        self.tree.map_or(self.pos, |t| t.slot)
+    }
 }
 
 /// Where the weights live.
@@ -164,7 +179,10 @@ impl Model {
             });
         }
         let cap = row.table.len() * tf_kernels::kv::BLOCK_SIZE;
-        if row.pos >= cap {
+        let max_slot = row.tree.map_or(row.pos, |t| {
+            t.remap.slots.iter().copied().fold(t.slot, usize::max)
+        });
+        if max_slot >= cap {
             return Err(ModelError::PositionOutOfRange {
                 pos: row.pos,
                 context: cap,

@@ -68,7 +68,7 @@ impl Model {
             .map(|r| RowKeys {
                 table: r.table,
                 n_keys: r.pos + 1,
-                visible: r.visible,
+                remap: r.tree.map(|t| t.remap),
             })
             .collect();
 

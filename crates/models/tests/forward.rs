@@ -36,7 +36,7 @@ fn run_chunked(m: &Model, pool: &ThreadPool, toks: &[u32], chunks: &[usize]) -> 
                 pos: p,
                 table: &table,
                 logits: true,
-                visible: None,
+                tree: None,
             })
             .collect();
         out.extend(m.forward(pool, &rows, &mut kv).unwrap());
@@ -128,7 +128,7 @@ fn rows_of_other_sequences_do_not_change_a_bit() {
                     pos: q,
                     table: &tables[s],
                     logits: true,
-                    visible: None,
+                    tree: None,
                 });
                 owner.push(s);
             }
@@ -335,7 +335,7 @@ fn bad_rows_are_errors_not_panics() {
         pos: 0,
         table: &table,
         logits: true,
-        visible: None,
+        tree: None,
     };
     assert!(matches!(
         m.forward(&pool, &[bad_token], &mut kv),
@@ -346,7 +346,7 @@ fn bad_rows_are_errors_not_panics() {
         pos: BLOCK_SIZE,
         table: &table,
         logits: true,
-        visible: None,
+        tree: None,
     };
     assert!(matches!(
         m.forward(&pool, &[bad_pos], &mut kv),

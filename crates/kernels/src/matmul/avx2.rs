@@ -13,9 +13,36 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::reference::block_step;
-use super::unpack::{f16_at, Shape};
+use super::unpack::Shape;
 use crate::actq::QuantAct;
 use std::arch::x86_64::*;
+
+/// IEEE half to single, exact, inlined (`half`'s conversion is an out-of-line call that costs
+/// as much as a whole legacy block's integer work). Same bits as `half::f16::to_f32`, NaN
+/// quieting included.
+#[inline(always)]
+pub(super) fn f16_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7FFF;
+    let bits = if em < 0x0400 {
+        // Zero or subnormal: 2^-14 * (1 + m/2^10) - 2^-14, both steps exact.
+        let two_m14 = f32::from_bits(113 << 23);
+        (f32::from_bits((113 << 23) | (em << 13)) - two_m14).to_bits()
+    } else if em < 0x7C00 {
+        (em << 13) + (112 << 23)
+    } else if em == 0x7C00 {
+        0x7F80_0000
+    } else {
+        0x7FC0_0000 | ((em & 0x3FF) << 13)
+    };
+    f32::from_bits(sign | bits)
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
 
 #[inline(always)]
 unsafe fn load(p: *const u8) -> __m256i {
@@ -44,6 +71,15 @@ unsafe fn hsum(v: __m256i) -> i32 {
     ))
 }
 
+/// `(Σ a, Σ b)` over the 8 i32 lanes of each.
+#[inline(always)]
+unsafe fn hsum2(a: __m256i, b: __m256i) -> (i32, i32) {
+    let h = _mm256_hadd_epi32(a, b);
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+    let s = _mm_hadd_epi32(s, s);
+    (_mm_cvtsi128_si32(s), _mm_extract_epi32::<1>(s))
+}
+
 /// Per i32 lane, the sum of four products `u * x` (u unsigned, at most 6 bits: no saturation).
 #[inline(always)]
 unsafe fn dot4(u: __m256i, x: __m256i) -> __m256i {
@@ -65,17 +101,28 @@ unsafe fn pair_scales(sc: __m128i, m: usize) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(lo + ONES, lo)))
 }
 
-/// Scale `j` of 16 u8 scales, as 16 i16 lanes.
+/// Scale `j` of 8 i16 scales (in both 128-bit lanes of `sc16`), as 16 i16 lanes.
 #[inline(always)]
-unsafe fn bcast_scale(sc: __m128i, j: usize) -> __m256i {
-    _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_set1_epi8(j as i8)))
+unsafe fn bcast_scale(sc16: __m256i, j: usize) -> __m256i {
+    let idx = (2 * j) as i16 | (((2 * j + 1) as i16) << 8);
+    _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(idx))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Legacy 32-value blocks.
 
-/// One weight row of legacy blocks of `bytes` bytes: `isum(block, x, sum_x)` is the block's exact
-/// integer sum Σ q·x.
+/// Sums of the lanes of four vectors: `[Σ a, Σ b, Σ c, Σ d]`.
+#[inline(always)]
+unsafe fn hsum4(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> [i32; 4] {
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+    let mut out = [0i32; 4];
+    _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, s);
+    out
+}
+
+/// One weight row of legacy blocks of `bytes` bytes. `lanes(block, x)` gives i32 lanes whose sum
+/// is the block's Σ u·x for unsigned codes u = q + `offset`. Four blocks share one reduction.
 #[inline(always)]
 unsafe fn legacy_dot(
     w: &[u8],
@@ -83,25 +130,47 @@ unsafe fn legacy_dot(
     row: usize,
     bytes: usize,
     shape: Shape,
-    isum: impl Fn(&[u8], __m256i, i32) -> i32,
+    offset: i32,
+    lanes: impl Fn(*const u8, __m256i) -> __m256i,
 ) -> f32 {
-    let qs = x.row_qs(row);
+    let qs = x.row_qs(row).as_ptr();
     let ds = x.row_d(row);
     let sums = x.row_sums(row);
     let nb = w.len() / bytes;
-    assert!(32 * nb <= qs.len() && nb <= ds.len() && nb <= sums.len());
-    let mut acc = 0f32;
-    for b in 0..nb {
-        let blk = w.get_unchecked(bytes * b..bytes * (b + 1));
-        let xv = load_x(qs.as_ptr().add(32 * b));
+    assert!(32 * nb <= x.k && nb <= ds.len() && nb <= sums.len());
+    let wp = w.as_ptr();
+    let step = |acc: f32, b: usize, usum: i32| {
+        let blk = wp.add(bytes * b);
         let sx = *sums.get_unchecked(b) as i32;
-        let is = isum(blk, xv, sx);
+        let d = f16_to_f32(u16::from_le_bytes([*blk, *blk.add(1)]));
         let m = if shape == Shape::ScalePlusMin {
-            f16_at(blk, 2)
+            f16_to_f32(u16::from_le_bytes([*blk.add(2), *blk.add(3)]))
         } else {
             0.0
         };
-        acc = block_step(acc, shape, f16_at(blk, 0), m, *ds.get_unchecked(b), is, sx);
+        block_step(
+            acc,
+            shape,
+            d,
+            m,
+            *ds.get_unchecked(b),
+            usum - offset * sx,
+            sx,
+        )
+    };
+    let v = |b: usize| lanes(wp.add(bytes * b), load_x(qs.add(32 * b)));
+    let mut acc = 0f32;
+    let mut b = 0;
+    while b + 4 <= nb {
+        let s = hsum4(v(b), v(b + 1), v(b + 2), v(b + 3));
+        for (i, si) in s.into_iter().enumerate() {
+            acc = step(acc, b + i, si);
+        }
+        b += 4;
+    }
+    while b < nb {
+        acc = step(acc, b, hsum(v(b)));
+        b += 1;
     }
     acc
 }
@@ -116,10 +185,10 @@ unsafe fn nibbles32(qs: *const u8) -> __m256i {
     _mm256_set_m128i(hi, lo)
 }
 
-/// Byte j is 0x10 where bit j of the little-endian u32 at `qh` is set, else 0.
+/// Byte j is 0x10 where bit j of the u32 at `qh` (x86: little-endian) is set, else 0.
 #[inline(always)]
-unsafe fn high_bits32(qh: &[u8]) -> __m256i {
-    let bits = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+unsafe fn high_bits32(qh: *const u8) -> __m256i {
+    let bits = (qh as *const u32).read_unaligned();
     // Byte j takes byte j/8 of the word, then keeps only bit j%8.
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(bits as i32),
@@ -137,48 +206,49 @@ unsafe fn high_bits32(qh: &[u8]) -> __m256i {
 
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q4_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 18, Shape::Scale, |b, xv, sx| {
-        hsum(dot4(nibbles32(b.as_ptr().add(2)), xv)) - 8 * sx
+    legacy_dot(w, x, row, 18, Shape::Scale, 8, |b, xv| {
+        dot4(nibbles32(b.add(2)), xv)
     })
 }
 
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q4_1(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 20, Shape::ScalePlusMin, |b, xv, _| {
-        hsum(dot4(nibbles32(b.as_ptr().add(4)), xv))
+    legacy_dot(w, x, row, 20, Shape::ScalePlusMin, 0, |b, xv| {
+        dot4(nibbles32(b.add(4)), xv)
     })
 }
 
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q5_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 22, Shape::Scale, |b, xv, sx| {
-        let u = _mm256_or_si256(nibbles32(b.as_ptr().add(6)), high_bits32(&b[2..6]));
-        hsum(dot4(u, xv)) - 16 * sx
+    legacy_dot(w, x, row, 22, Shape::Scale, 16, |b, xv| {
+        dot4(
+            _mm256_or_si256(nibbles32(b.add(6)), high_bits32(b.add(2))),
+            xv,
+        )
     })
 }
 
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q5_1(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 24, Shape::ScalePlusMin, |b, xv, _| {
-        let u = _mm256_or_si256(nibbles32(b.as_ptr().add(8)), high_bits32(&b[4..8]));
-        hsum(dot4(u, xv))
+    legacy_dot(w, x, row, 24, Shape::ScalePlusMin, 0, |b, xv| {
+        dot4(
+            _mm256_or_si256(nibbles32(b.add(8)), high_bits32(b.add(4))),
+            xv,
+        )
     })
 }
 
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q8_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 34, Shape::Scale, |b, xv, _| {
-        let v = load(b.as_ptr().add(2));
+    legacy_dot(w, x, row, 34, Shape::Scale, 0, |b, xv| {
+        let v = load(b.add(2));
         let low7 = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
         let sign = _mm256_and_si256(v, _mm256_set1_epi8(-128));
         // w·x = (w & 0x7F)·x - 128·[w < 0]·x; 128·(x0 + x1) >= -32768 does not saturate.
         let pos = _mm256_maddubs_epi16(low7, xv);
         let neg = _mm256_maddubs_epi16(sign, xv);
         let one = _mm256_set1_epi16(1);
-        hsum(_mm256_sub_epi32(
-            _mm256_madd_epi16(pos, one),
-            _mm256_madd_epi16(neg, one),
-        ))
+        _mm256_sub_epi32(_mm256_madd_epi16(pos, one), _mm256_madd_epi16(neg, one))
     })
 }
 
@@ -219,7 +289,7 @@ pub unsafe fn dot_q2k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
         let m4 = _mm_set1_epi8(0x0F);
         let scales = _mm_and_si128(packed, m4);
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
-        let msum = hsum(_mm256_madd_epi16(mins, sums16));
+        let mprod = _mm256_madd_epi16(mins, sums16);
         let m3 = _mm256_set1_epi8(3);
         let mut acc = _mm256_setzero_si256();
         for n in 0..2 {
@@ -231,7 +301,8 @@ pub unsafe fn dot_q2k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
                 q = _mm256_srli_epi16::<2>(q);
             }
         }
-        (hsum(acc), msum, f16_at(blk, 80), f16_at(blk, 82))
+        let (isum, msum) = hsum2(acc, mprod);
+        (isum, msum, f16_at(blk, 80), f16_at(blk, 82))
     })
 }
 
@@ -300,15 +371,13 @@ unsafe fn k4_scales_mins(s: &[u8]) -> __m128i {
     )
 }
 
-/// Σ min_j · (sums[2j] + sums[2j+1]) for the 8 mins in bytes 8..16 of `sm`.
+/// Lanes summing to Σ min_j · (sums[2j] + sums[2j+1]) for the 8 mins in bytes 8..16 of `sm`.
 #[inline(always)]
-unsafe fn k4_msum(sm: __m128i, sums16: __m256i) -> i32 {
-    let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
-    let pairs = _mm_hadd_epi16(
-        _mm256_castsi256_si128(sums16),
-        _mm256_extracti128_si256::<1>(sums16),
-    );
-    hsum128(_mm_madd_epi16(mins, pairs))
+unsafe fn k4_mins(sm: __m128i, sums16: __m256i) -> __m256i {
+    // Each min repeated for its two groups of 16.
+    let idx = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, idx));
+    _mm256_madd_epi16(mins, sums16)
 }
 
 /// Q4_K (`high = None`) and Q5_K blocks: codes of sub-block j (32 values) use scale j.
@@ -322,7 +391,8 @@ unsafe fn k4_block(
 ) -> (i32, i32, f32, f32) {
     let p = blk.as_ptr();
     let sm = k4_scales_mins(&blk[4..16]);
-    let msum = k4_msum(sm, sums16);
+    let mprod = k4_mins(sm, sums16);
+    let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
     let m4 = _mm256_set1_epi8(0x0F);
     let bit4 = _mm256_set1_epi8(0x10);
     let mut hb = match high {
@@ -342,10 +412,11 @@ unsafe fn k4_block(
         }
         let x0 = load_x(xb.add(64 * j));
         let x1 = load_x(xb.add(64 * j + 32));
-        acc = _mm256_add_epi32(acc, dot_scaled(lo, x0, bcast_scale(sm, 2 * j)));
-        acc = _mm256_add_epi32(acc, dot_scaled(hi, x1, bcast_scale(sm, 2 * j + 1)));
+        acc = _mm256_add_epi32(acc, dot_scaled(lo, x0, bcast_scale(sc16, 2 * j)));
+        acc = _mm256_add_epi32(acc, dot_scaled(hi, x1, bcast_scale(sc16, 2 * j + 1)));
     }
-    (hsum(acc), msum, f16_at(blk, 0), f16_at(blk, 2))
+    let (isum, msum) = hsum2(acc, mprod);
+    (isum, msum, f16_at(blk, 0), f16_at(blk, 2))
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -402,4 +473,15 @@ pub unsafe fn dot_q6k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
         }
         (hsum(acc), 0, f16_at(blk, 208), 0.0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn f16_conversion_matches_half_for_every_value() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32().to_bits();
+            assert_eq!(super::f16_to_f32(h).to_bits(), want, "{h:#06x}");
+        }
+    }
 }

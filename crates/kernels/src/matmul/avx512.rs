@@ -64,7 +64,15 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
             for j in 0..8 {
                 msum += mins[j] * (sums[2 * j] as i32 + sums[2 * j + 1] as i32);
             }
-            *a = block_step(*a, Shape::ScaleMinusMin, d, dmin, x.row_d(row)[b], isum, msum);
+            *a = block_step(
+                *a,
+                Shape::ScaleMinusMin,
+                d,
+                dmin,
+                x.row_d(row)[b],
+                isum,
+                msum,
+            );
         }
     }
     out[..R].copy_from_slice(&acc);
@@ -75,7 +83,10 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
 unsafe fn reduce8(v: &[__m512i; 8]) -> __m256i {
     let mut a = [_mm256_setzero_si256(); 8];
     for r in 0..8 {
-        a[r] = _mm256_add_epi32(_mm512_castsi512_si256(v[r]), _mm512_extracti64x4_epi64::<1>(v[r]));
+        a[r] = _mm256_add_epi32(
+            _mm512_castsi512_si256(v[r]),
+            _mm512_extracti64x4_epi64::<1>(v[r]),
+        );
     }
     let h01 = _mm256_hadd_epi32(a[0], a[1]);
     let h23 = _mm256_hadd_epi32(a[2], a[3]);
@@ -103,16 +114,33 @@ unsafe fn lane_sums8(v: &[i32]) -> __m256i {
 
 /// `acc + ((d*dx)*isum - (dmin*dx)*msum)` on eight lanes: [`block_step`] lane by lane.
 #[inline(always)]
-unsafe fn step8(acc: __m256, shape: Shape, d: f32, dmin: f32, dx: __m256, isum: __m256i, msum: __m256i) -> __m256 {
-    let t1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(isum));
+unsafe fn step8(
+    acc: __m256,
+    shape: Shape,
+    d: f32,
+    dmin: f32,
+    dx: __m256,
+    isum: __m256i,
+    msum: __m256i,
+) -> __m256 {
+    let t1 = _mm256_mul_ps(
+        _mm256_mul_ps(_mm256_set1_ps(d), dx),
+        _mm256_cvtepi32_ps(isum),
+    );
     match shape {
         Shape::Scale => _mm256_add_ps(acc, t1),
         Shape::ScaleMinusMin => {
-            let t2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(msum));
+            let t2 = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
+                _mm256_cvtepi32_ps(msum),
+            );
             _mm256_add_ps(acc, _mm256_sub_ps(t1, t2))
         }
         Shape::ScalePlusMin => {
-            let t2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(msum));
+            let t2 = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
+                _mm256_cvtepi32_ps(msum),
+            );
             _mm256_add_ps(acc, _mm256_add_ps(t1, t2))
         }
     }
@@ -172,7 +200,15 @@ unsafe fn q4k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
         _mm512_storeu_si512(msums.as_mut_ptr().add(16) as *mut _, p1);
         let msum = lane_sums8(&msums[..32]);
         let dx = _mm256_loadu_ps(x.d_t.as_ptr().add(b * rows + r0));
-        acc = step8(acc, Shape::ScaleMinusMin, f16_at(blk, 0), f16_at(blk, 2), dx, reduce8(&isums), msum);
+        acc = step8(
+            acc,
+            Shape::ScaleMinusMin,
+            f16_at(blk, 0),
+            f16_at(blk, 2),
+            dx,
+            reduce8(&isums),
+            msum,
+        );
     }
     _mm256_storeu_ps(out.as_mut_ptr(), acc);
 }
@@ -230,7 +266,15 @@ unsafe fn q6k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
         let c = lane_sums8(&corr);
         let isum = _mm256_sub_epi32(reduce8(&isums), _mm256_slli_epi32::<5>(c));
         let dx = _mm256_loadu_ps(x.d_t.as_ptr().add(b * rows + r0));
-        acc = step8(acc, Shape::Scale, f16_at(blk, 208), 0.0, dx, isum, _mm256_setzero_si256());
+        acc = step8(
+            acc,
+            Shape::Scale,
+            f16_at(blk, 208),
+            0.0,
+            dx,
+            isum,
+            _mm256_setzero_si256(),
+        );
     }
     _mm256_storeu_ps(out.as_mut_ptr(), acc);
 }
@@ -413,5 +457,187 @@ pub unsafe fn dot_q8_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
     legacy_dot(w, x, row, 34, Shape::Scale, |b| {
         let v = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
         (_mm256_xor_si256(v, _mm256_set1_epi8(-128)), 128)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q2_K, Q3_K, Q5_K: one row per call. Each 512-bit step covers 64 values; `vpdpbusd` lanes hold
+// sums of 4 products (|lane| < 2^15), so `vpmaddwd` against i32 lanes holding the group scale in
+// their low i16 (high i16 zero) multiplies each lane by its scale exactly.
+
+#[inline(always)]
+fn f16_le(b: &[u8], at: usize) -> f32 {
+    super::avx2::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Sum of the 8 i32 lanes.
+#[inline(always)]
+unsafe fn hsum_8(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b0100_1110>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b1011_0001>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// One weight row of k-quant blocks of `bytes` bytes: `block(blk, x, sums)` returns
+/// `(isum, msum, d, dmin)` given the block's 256 activations and their 16 group sums.
+#[inline(always)]
+unsafe fn kq_dot(
+    w: &[u8],
+    x: &QuantAct,
+    row: usize,
+    bytes: usize,
+    shape: Shape,
+    block: impl Fn(&[u8], *const i8, __m256i) -> (i32, i32, f32, f32),
+) -> f32 {
+    let qs = x.row_qs(row);
+    let ds = x.row_d(row);
+    let sums = x.row_sums(row);
+    let nb = w.len() / bytes;
+    assert!(256 * nb <= qs.len() && nb <= ds.len() && 16 * nb <= sums.len());
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let blk = w.get_unchecked(bytes * b..bytes * (b + 1));
+        let sums16 = _mm256_loadu_si256(sums.as_ptr().add(16 * b) as *const __m256i);
+        let (isum, msum, d, dmin) = block(blk, qs.as_ptr().add(256 * b), sums16);
+        acc = block_step(acc, shape, d, dmin, *ds.get_unchecked(b), isum, msum);
+    }
+    acc
+}
+
+/// Scales of groups 4q..4q+4 over four lanes each, from 16 i32 lanes of group scales.
+#[inline(always)]
+unsafe fn group_scales(s32: __m512i, q: i32) -> __m512i {
+    let (a, b, c, d) = (4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3);
+    let idx = _mm512_set_epi32(d, d, d, d, c, c, c, c, b, b, b, b, a, a, a, a);
+    _mm512_permutexvar_epi32(idx, s32)
+}
+
+/// 2-bit fields of the 64 values `128n + 64h .. +64` of a Q2_K/Q3_K block (fields `2h`, `2h + 1`
+/// of the 32 bytes at `qs`), as bytes 0..4.
+#[inline(always)]
+unsafe fn two_bit_quarter(qs: *const u8, h: usize) -> __m512i {
+    let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(qs as *const __m256i));
+    let (a, b) = (4 * h as i64, 4 * h as i64 + 2);
+    let sh = _mm512_set_epi64(b, b, b, b, a, a, a, a);
+    _mm512_and_si512(_mm512_srlv_epi64(v, sh), _mm512_set1_epi8(3))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_q2k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kq_dot(w, x, row, 84, Shape::ScaleMinusMin, |blk, xb, sums16| {
+        let p = blk.as_ptr();
+        let packed = _mm_loadu_si128(p as *const __m128i);
+        let m4 = _mm_set1_epi8(0x0F);
+        let s32 = _mm512_cvtepu8_epi32(_mm_and_si128(packed, m4));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
+        let msum = hsum_8(_mm256_madd_epi16(mins, sums16));
+        let zero = _mm512_setzero_si512();
+        let mut acc = zero;
+        for q in 0..4 {
+            let (n, h) = (q / 2, q % 2);
+            let u = two_bit_quarter(p.add(16 + 32 * n), h);
+            let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
+            let dp = _mm512_dpbusd_epi32(zero, u, xv);
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(dp, group_scales(s32, q as i32)));
+        }
+        let isum = _mm512_reduce_add_epi32(acc);
+        (isum, msum, f16_le(blk, 80), f16_le(blk, 82))
+    })
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_q3k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kq_dot(w, x, row, 110, Shape::Scale, |blk, xb, sums16| {
+        let p = blk.as_ptr();
+        let sc = &blk[96..108];
+        let a0 = u32::from_le_bytes([sc[0], sc[1], sc[2], sc[3]]);
+        let a1 = u32::from_le_bytes([sc[4], sc[5], sc[6], sc[7]]);
+        let t = u32::from_le_bytes([sc[8], sc[9], sc[10], sc[11]]);
+        const M1: u32 = 0x0303_0303;
+        const M2: u32 = 0x0f0f_0f0f;
+        let s8 = _mm_sub_epi8(
+            _mm_set_epi32(
+                (((a1 >> 4) & M2) | (((t >> 6) & M1) << 4)) as i32,
+                (((a0 >> 4) & M2) | (((t >> 4) & M1) << 4)) as i32,
+                ((a1 & M2) | (((t >> 2) & M1) << 4)) as i32,
+                ((a0 & M2) | ((t & M1) << 4)) as i32,
+            ),
+            _mm_set1_epi8(32),
+        );
+        let s16 = _mm256_cvtepi8_epi16(s8);
+        // Signed scales in the low i16 of each i32 lane, zero above.
+        let s32 = _mm512_cvtepu16_epi32(s16);
+        // Codes are u - 4 with u = low2 + 4 * hbit in 0..8; the -4 goes through the group sums.
+        let corr = hsum_8(_mm256_madd_epi16(s16, sums16));
+        let hmask = _mm512_broadcast_i64x4(_mm256_loadu_si256(p as *const __m256i));
+        let one = _mm512_set1_epi8(1);
+        let zero = _mm512_setzero_si512();
+        let mut acc = zero;
+        for q in 0..4 {
+            let (n, h) = (q / 2, q % 2);
+            let low = two_bit_quarter(p.add(32 + 32 * n), h);
+            let (a, b) = (2 * q as i64, 2 * q as i64 + 1);
+            let sh = _mm512_set_epi64(b, b, b, b, a, a, a, a);
+            let hb = _mm512_and_si512(_mm512_srlv_epi64(hmask, sh), one);
+            let u = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
+            let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
+            let dp = _mm512_dpbusd_epi32(zero, u, xv);
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(dp, group_scales(s32, q as i32)));
+        }
+        let isum = _mm512_reduce_add_epi32(acc) - 4 * corr;
+        (isum, 0, f16_le(blk, 108), 0.0)
+    })
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_q5k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    kq_dot(w, x, row, 176, Shape::ScaleMinusMin, |blk, xb, sums16| {
+        let p = blk.as_ptr();
+        // The 8 six-bit scales (bytes 0..8) and mins (bytes 8..16), as `scale_min_k4` reads them.
+        let s = &blk[4..16];
+        let u0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+        let u1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+        let u2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+        const K1: u32 = 0x3f3f_3f3f;
+        const K2: u32 = 0x0f0f_0f0f;
+        const K3: u32 = 0x0303_0303;
+        let sm = _mm_set_epi32(
+            (((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4)) as i32,
+            (u1 & K1) as i32,
+            ((u2 & K2) | (((u0 >> 6) & K3) << 4)) as i32,
+            (u0 & K1) as i32,
+        );
+        let s32 = _mm512_cvtepu8_epi32(sm);
+        // Each min repeated for its two groups of 16.
+        let midx = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+        let m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, midx));
+        let msum = hsum_8(_mm256_madd_epi16(m16, sums16));
+        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(16) as *const __m256i));
+        let m4 = _mm512_set1_epi8(0x0F);
+        let nib_sh = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+        let one = _mm512_set1_epi8(1);
+        let zero = _mm512_setzero_si512();
+        let mut acc = zero;
+        for g in 0..4 {
+            // Values 64g..64g+32 are the low nibbles, 64g+32..64g+64 the high ones.
+            let v =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(48 + 32 * g) as *const __m256i));
+            let nib = _mm512_and_si512(_mm512_srlv_epi64(v, nib_sh), m4);
+            let (a, b) = (2 * g as i64, 2 * g as i64 + 1);
+            let sh = _mm512_set_epi64(b, b, b, b, a, a, a, a);
+            let hb = _mm512_and_si512(_mm512_srlv_epi64(qh, sh), one);
+            let u = _mm512_or_si512(nib, _mm512_slli_epi16::<4>(hb));
+            let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
+            let dp = _mm512_dpbusd_epi32(zero, u, xv);
+            let (c, d) = (2 * g as i32, 2 * g as i32 + 1);
+            let idx = _mm512_set_epi32(d, d, d, d, d, d, d, d, c, c, c, c, c, c, c, c);
+            acc = _mm512_add_epi32(
+                acc,
+                _mm512_madd_epi16(dp, _mm512_permutexvar_epi32(idx, s32)),
+            );
+        }
+        let isum = _mm512_reduce_add_epi32(acc);
+        (isum, msum, f16_le(blk, 0), f16_le(blk, 2))
     })
 }

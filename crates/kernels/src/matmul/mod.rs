@@ -108,6 +108,9 @@ fn quant_kernel(level: SimdLevel, dtype: DType) -> Kernel {
             DType::Q5_0 => Kernel::Dot(avx512::dot_q5_0),
             DType::Q5_1 => Kernel::Dot(avx512::dot_q5_1),
             DType::Q8_0 => Kernel::Dot(avx512::dot_q8_0),
+            DType::Q2K => Kernel::Dot(avx512::dot_q2k),
+            DType::Q3K => Kernel::Dot(avx512::dot_q3k),
+            DType::Q5K => Kernel::Dot(avx512::dot_q5k),
             _ => Kernel::Dot(reference_dot(dtype)),
         };
     }

@@ -6,6 +6,9 @@
 //! Layouts are those of ggml's block structs; the dequantizer in `tf-weights` (checked against an
 //! independent implementation) is the test oracle for these decoders.
 
+// Decoders index several parallel arrays by one position: plain index loops read clearest.
+#![allow(clippy::needless_range_loop)]
+
 use half::f16;
 use tf_core::DType;
 

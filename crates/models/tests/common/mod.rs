@@ -66,7 +66,7 @@ pub fn greedy(
                 pos: p,
                 table: &table,
                 logits: p == prompt.len() - 1,
-                visible: None,
+                tree: None,
             })
             .collect();
         last = model.forward(pool, &rows, &mut kv).unwrap();
@@ -86,7 +86,7 @@ pub fn greedy(
             pos: prompt.len() + i,
             table: &table,
             logits: true,
-            visible: None,
+            tree: None,
         };
         last = model.forward(pool, &[row], &mut kv).unwrap();
     }
