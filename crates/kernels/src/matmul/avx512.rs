@@ -465,11 +465,6 @@ pub unsafe fn dot_q8_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
 // sums of 4 products (|lane| < 2^15), so `vpmaddwd` against i32 lanes holding the group scale in
 // their low i16 (high i16 zero) multiplies each lane by its scale exactly.
 
-#[inline(always)]
-fn f16_le(b: &[u8], at: usize) -> f32 {
-    super::avx2::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
-}
-
 /// Sum of the 8 i32 lanes.
 #[inline(always)]
 unsafe fn hsum_8(v: __m256i) -> i32 {
@@ -542,7 +537,7 @@ pub unsafe fn dot_q2k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(dp, group_scales(s32, q as i32)));
         }
         let isum = _mm512_reduce_add_epi32(acc);
-        (isum, msum, f16_le(blk, 80), f16_le(blk, 82))
+        (isum, msum, f16_at(blk, 80), f16_at(blk, 82))
     })
 }
 
@@ -586,7 +581,7 @@ pub unsafe fn dot_q3k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(dp, group_scales(s32, q as i32)));
         }
         let isum = _mm512_reduce_add_epi32(acc) - 4 * corr;
-        (isum, 0, f16_le(blk, 108), 0.0)
+        (isum, 0, f16_at(blk, 108), 0.0)
     })
 }
 
@@ -638,6 +633,6 @@ pub unsafe fn dot_q5k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
             );
         }
         let isum = _mm512_reduce_add_epi32(acc);
-        (isum, msum, f16_le(blk, 0), f16_le(blk, 2))
+        (isum, msum, f16_at(blk, 0), f16_at(blk, 2))
     })
 }

@@ -9,12 +9,33 @@
 // Decoders index several parallel arrays by one position: plain index loops read clearest.
 #![allow(clippy::needless_range_loop)]
 
-use half::f16;
 use tf_core::DType;
+
+/// IEEE half to single, exact, inlined (`half`'s conversion is an out-of-line call that costs
+/// as much as a whole legacy block's integer work). Same bits as `half::f16::to_f32`, NaN
+/// quieting included.
+#[inline(always)]
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7FFF;
+    let bits = if em < 0x0400 {
+        // Zero or subnormal: 2^-14 * (1 + m/2^10) - 2^-14, both steps exact.
+        let two_m14 = f32::from_bits(113 << 23);
+        (f32::from_bits((113 << 23) | (em << 13)) - two_m14).to_bits()
+    } else if em < 0x7C00 {
+        (em << 13) + (112 << 23)
+    } else if em == 0x7C00 {
+        0x7F80_0000
+    } else {
+        0x7FC0_0000 | ((em & 0x3FF) << 13)
+    };
+    f32::from_bits(sign | bits)
+}
 
 #[inline(always)]
 pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// How a block's float factors enter the dot product.
