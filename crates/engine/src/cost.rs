@@ -1,0 +1,206 @@
+//! Window sizing by cost: how long a forward of r rows takes (measured, refined as the engine
+//! runs), how often each proposer's i-th guess is accepted (decaying averages), and from both the
+//! number of drafts that maximizes expected committed tokens per second. When drafts stop paying,
+//! the answer is zero: never slower than serial.
+
+use std::collections::HashMap;
+
+/// Longest draft window considered.
+pub const MAX_DRAFT: usize = 16;
+/// Most rows a step is sized for; beyond it the cost is extrapolated linearly.
+const MAX_ROWS: usize = 256;
+/// Weight of a new observation in the decaying averages.
+const DECAY: f64 = 0.05;
+/// Acceptance assumed before anything is observed: optimistic enough to try drafting.
+const PRIOR_ACCEPT: f64 = 0.6;
+/// Rounds between forced one-draft probes of a proposer that stopped paying (to notice recovery).
+pub const PROBE_EVERY: usize = 32;
+
+pub struct CostModel {
+    /// Seconds per forward of r rows, index r (index 0 unused).
+    row_secs: Vec<f64>,
+    /// Per proposer: P(guess i accepted | guesses before it accepted).
+    accept: HashMap<&'static str, [f64; MAX_DRAFT]>,
+    /// Per proposer that runs a model: seconds per proposed token.
+    propose_secs: HashMap<&'static str, f64>,
+}
+
+impl CostModel {
+    /// From measured (rows, seconds) points; rows between them are interpolated linearly.
+    pub fn from_points(points: &[(usize, f64)]) -> CostModel {
+        let mut pts: Vec<(usize, f64)> = points.iter().copied().filter(|p| p.0 > 0).collect();
+        pts.sort_by_key(|p| p.0);
+        assert!(!pts.is_empty(), "cost model needs at least one measurement");
+        let mut row_secs = vec![0.0; MAX_ROWS + 1];
+        for (r, slot) in row_secs.iter_mut().enumerate().skip(1) {
+            *slot = interpolate(&pts, r);
+        }
+        CostModel {
+            row_secs,
+            accept: HashMap::new(),
+            propose_secs: HashMap::new(),
+        }
+    }
+
+    /// A flat cost (every forward the same price): drafting always pays. For tests.
+    pub fn flat() -> CostModel {
+        CostModel::from_points(&[(1, 1.0), (MAX_ROWS, 1.0)])
+    }
+
+    pub fn forward_secs(&self, rows: usize) -> f64 {
+        if rows == 0 {
+            return 0.0;
+        }
+        if rows <= MAX_ROWS {
+            self.row_secs[rows]
+        } else {
+            self.row_secs[MAX_ROWS] * rows as f64 / MAX_ROWS as f64
+        }
+    }
+
+    /// Refines the cost of `rows`-row forwards with one observation.
+    pub fn observe_forward(&mut self, rows: usize, secs: f64) {
+        if (1..=MAX_ROWS).contains(&rows) {
+            let s = &mut self.row_secs[rows];
+            // A step slowed by something else on the machine should not poison the estimate.
+            let obs = secs.min(*s * 3.0);
+            *s += 4.0 * DECAY * (obs - *s);
+        }
+    }
+
+    pub fn observe_propose(&mut self, source: &'static str, tokens: usize, secs: f64) {
+        if tokens == 0 {
+            return;
+        }
+        let per = secs / tokens as f64;
+        let e = self.propose_secs.entry(source).or_insert(per);
+        *e += DECAY * 4.0 * (per - *e);
+    }
+
+    pub fn propose_secs(&self, source: &'static str) -> f64 {
+        self.propose_secs.get(source).copied().unwrap_or(0.0)
+    }
+
+    /// A window of `drafted` guesses from `source` had its first `accepted` accepted.
+    pub fn observe_accept(&mut self, source: &'static str, drafted: usize, accepted: usize) {
+        let p = self
+            .accept
+            .entry(source)
+            .or_insert([PRIOR_ACCEPT; MAX_DRAFT]);
+        for (i, slot) in p.iter_mut().enumerate().take(drafted.min(MAX_DRAFT)) {
+            if i > accepted {
+                break;
+            }
+            let hit = if i < accepted { 1.0 } else { 0.0 };
+            *slot += DECAY * (hit - *slot);
+        }
+    }
+
+    pub fn acceptance(&self, source: &'static str) -> [f64; MAX_DRAFT] {
+        self.accept
+            .get(source)
+            .copied()
+            .unwrap_or([PRIOR_ACCEPT; MAX_DRAFT])
+    }
+
+    /// Expected tokens committed by a window with `k` guesses from `source`: the target's own
+    /// token plus each guess weighted by the chance that it and all before it are accepted.
+    pub fn expected_tokens(&self, source: &'static str, k: usize) -> f64 {
+        let p = self.acceptance(source);
+        let mut total = 1.0;
+        let mut chain = 1.0;
+        for pi in p.iter().take(k.min(MAX_DRAFT)) {
+            chain *= pi;
+            total += chain;
+        }
+        total
+    }
+
+    /// The number of guesses (at most `available`) that maximizes committed tokens per second
+    /// for one sequence whose window shares a step with `other_rows` rows of other work.
+    /// `per_guess_secs` is what producing one guess costs (zero for copies).
+    pub fn best_window(
+        &self,
+        source: &'static str,
+        available: usize,
+        other_rows: usize,
+        per_guess_secs: f64,
+    ) -> usize {
+        let rate = |k: usize| {
+            self.expected_tokens(source, k)
+                / (self.forward_secs(other_rows + 1 + k) + per_guess_secs * k as f64)
+        };
+        let mut best = 0;
+        let mut best_rate = rate(0);
+        for k in 1..=available.min(MAX_DRAFT) {
+            let r = rate(k);
+            if r > best_rate * 1.0001 {
+                best = k;
+                best_rate = r;
+            }
+        }
+        best
+    }
+}
+
+fn interpolate(pts: &[(usize, f64)], r: usize) -> f64 {
+    if r <= pts[0].0 {
+        return pts[0].1;
+    }
+    for w in pts.windows(2) {
+        let ((r0, s0), (r1, s1)) = (w[0], w[1]);
+        if r <= r1 {
+            return s0 + (s1 - s0) * (r - r0) as f64 / (r1 - r0) as f64;
+        }
+    }
+    let (rl, sl) = pts[pts.len() - 1];
+    if pts.len() >= 2 {
+        let (rp, sp) = pts[pts.len() - 2];
+        let slope = ((sl - sp) / (rl - rp) as f64).max(0.0);
+        sl + slope * (r - rl) as f64
+    } else {
+        sl * r as f64 / rl as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drafts_pay_only_when_rows_are_cheap_and_guesses_good() {
+        // Rows nearly free: draft as much as is available.
+        let mut cheap = CostModel::from_points(&[(1, 1.0), (16, 1.2)]);
+        for _ in 0..200 {
+            cheap.observe_accept("copies", 8, 8);
+        }
+        assert_eq!(cheap.best_window("copies", 8, 0, 0.0), 8);
+        // Guesses never accepted: propose none.
+        for _ in 0..400 {
+            cheap.observe_accept("copies", 4, 0);
+        }
+        assert_eq!(cheap.best_window("copies", 8, 0, 0.0), 0);
+        // Rows cost as much as serial steps: no gain possible.
+        let linear = CostModel::from_points(&[(1, 1.0), (16, 16.0)]);
+        assert_eq!(linear.best_window("copies", 8, 0, 0.0), 0);
+        // A proposer that costs 70% of a target step per guess does not pay at 60% acceptance
+        // (1.6 tokens for 1.73 steps); at 5% it does.
+        let flatish = CostModel::from_points(&[(1, 1.0), (16, 1.5)]);
+        assert_eq!(flatish.best_window("draft-model", 8, 0, 0.7), 0);
+        assert!(flatish.best_window("draft-model", 8, 0, 0.05) > 0);
+    }
+
+    #[test]
+    fn acceptance_is_conditional_per_position() {
+        let mut m = CostModel::flat();
+        for _ in 0..500 {
+            m.observe_accept("x", 4, 1);
+        }
+        let p = m.acceptance("x");
+        assert!(p[0] > 0.95 && p[1] < 0.05);
+        assert!(
+            (p[2] - PRIOR_ACCEPT).abs() < 1e-9,
+            "no information past the first miss"
+        );
+    }
+}

@@ -1,0 +1,553 @@
+//! The engine: one step is schedule → forward → draw → accept → commit → emit, over windows of
+//! every running sequence at once (continuous batching: sequences join and leave between steps,
+//! long prompts are prefilled in chunks while others keep decoding).
+
+use crate::blocks::BlockPool;
+use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
+use crate::error::EngineError;
+use crate::proposer::{Copies, Proposer, SeqView};
+use crate::request::{Event, FinishReason, Request};
+use crate::runner::{Row, Runner};
+use crate::sampler::Sampler;
+use crate::sequence::Seq;
+use std::collections::VecDeque;
+use std::time::Instant;
+use tf_core::{SeqId, TokenId};
+use tokio::sync::mpsc::UnboundedSender;
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Rows per step at most; prefill chunks share it with decode windows.
+    pub max_step_rows: usize,
+    /// Sequences decoding at once at most (the rest wait).
+    pub max_running: usize,
+    /// `false` = `--no-drafts`: every request is served serially.
+    pub drafts: bool,
+    /// Guess at least this many tokens per round when drafting (0 = as the cost model decides).
+    /// Tests use it to exercise multi-row windows on every round.
+    pub min_drafts: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_step_rows: 256,
+            max_running: 64,
+            drafts: true,
+            min_drafts: 0,
+        }
+    }
+}
+
+/// A source of guesses for one window.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Source {
+    Copies,
+    /// Index into `Engine::models`.
+    Model(usize),
+    /// Forced filler guesses (the last token repeated) when nothing else has one.
+    Filler,
+}
+
+struct Plan {
+    seq: usize,
+    /// Positions whose rows carry committed tokens without logits (prefill), or with logits on
+    /// the last one when `window` is set and the sequence is not decoding yet.
+    catch_up: std::ops::Range<usize>,
+    window: bool,
+    drafts: Vec<TokenId>,
+    source: Option<Source>,
+}
+
+pub struct Engine {
+    runner: Box<dyn Runner>,
+    copies: Copies,
+    models: Vec<Box<dyn Proposer>>,
+    pub cost: CostModel,
+    blocks: BlockPool,
+    running: Vec<Seq>,
+    waiting: VecDeque<Seq>,
+    next_id: SeqId,
+    pub config: EngineConfig,
+    round: usize,
+    sampler: Sampler,
+}
+
+impl Engine {
+    pub fn new(runner: Box<dyn Runner>, config: EngineConfig, cost: CostModel) -> Engine {
+        let blocks = BlockPool::new(runner.kv_blocks());
+        Engine {
+            runner,
+            copies: Copies::default(),
+            models: Vec::new(),
+            cost,
+            blocks,
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            next_id: 1,
+            config,
+            round: 0,
+            sampler: Sampler::new(),
+        }
+    }
+
+    /// Adds a proposer that runs a model (a draft model).
+    pub fn add_draft_model(&mut self, p: Box<dyn Proposer>) {
+        self.models.push(p);
+    }
+
+    /// Measures the forward cost of 1..=32 rows (a throwaway sequence, its blocks returned).
+    pub fn calibrate(&mut self) -> Result<Vec<(usize, f64)>, EngineError> {
+        let mut table = Vec::new();
+        if !self.blocks.grow(&mut table, 32) {
+            return Err(EngineError::InvalidRequest(
+                "no KV room to calibrate".into(),
+            ));
+        }
+        let mut points = Vec::new();
+        for rows in [1usize, 2, 4, 8, 16, 32] {
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let rs: Vec<Row> = (0..rows)
+                    .map(|p| Row {
+                        token: 0,
+                        pos: p,
+                        table: &table,
+                        logits: true,
+                        tree: None,
+                    })
+                    .collect();
+                let t = Instant::now();
+                self.runner.forward(&rs)?;
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            points.push((rows, best));
+        }
+        self.blocks.release(&mut table);
+        self.cost = CostModel::from_points(&points);
+        Ok(points)
+    }
+
+    pub fn vocab(&self) -> usize {
+        self.runner.vocab()
+    }
+
+    pub fn context_len(&self) -> usize {
+        self.runner.context_len()
+    }
+
+    pub fn free_blocks(&self) -> usize {
+        self.blocks.free_count()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Checks and queues a request; its events go to `events`.
+    pub fn submit(
+        &mut self,
+        req: Request,
+        events: UnboundedSender<Event>,
+    ) -> Result<SeqId, EngineError> {
+        let vocab = self.runner.vocab();
+        if req.prompt.is_empty() {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if let Some(bad) = req.prompt.iter().find(|t| **t as usize >= vocab) {
+            return Err(EngineError::InvalidRequest(format!(
+                "token id {bad} is outside the vocabulary (size {vocab})"
+            )));
+        }
+        if req.max_tokens == 0 {
+            return Err(EngineError::InvalidRequest(
+                "max_tokens must be at least 1".into(),
+            ));
+        }
+        req.params
+            .validate()
+            .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        let context = self.runner.context_len();
+        if req.prompt.len() + req.max_tokens > context {
+            return Err(EngineError::ContextExceeded {
+                prompt: req.prompt.len(),
+                max_tokens: req.max_tokens,
+                context,
+            });
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let seq = Seq::new(id, req, events);
+        if seq.max_slots().div_ceil(tf_kernels::kv::BLOCK_SIZE) > self.blocks.total() {
+            return Err(EngineError::InvalidRequest(
+                "the request needs more KV cache than the engine has".into(),
+            ));
+        }
+        self.waiting.push_back(seq);
+        Ok(id)
+    }
+
+    pub fn cancel(&mut self, id: SeqId) {
+        for s in self.running.iter_mut().chain(self.waiting.iter_mut()) {
+            if s.id == id && s.finished.is_none() {
+                s.finished = Some(FinishReason::Cancelled);
+            }
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.running.len() < self.config.max_running {
+            let Some(mut s) = self.waiting.pop_front() else {
+                break;
+            };
+            if s.finished.is_some() || s.events.is_closed() {
+                let _ = s.events.send(Event::Done(s.receipt()));
+                continue;
+            }
+            let slots = s.max_slots();
+            if !self.blocks.grow(&mut s.table, slots) {
+                self.waiting.push_front(s);
+                break;
+            }
+            self.running.push(s);
+        }
+    }
+
+    /// One step. Returns false when there was nothing to do.
+    pub fn step(&mut self) -> Result<bool, EngineError> {
+        for s in &mut self.running {
+            if s.events.is_closed() && s.finished.is_none() {
+                s.finished = Some(FinishReason::Cancelled);
+            }
+        }
+        self.reap();
+        self.admit();
+        if self.running.is_empty() {
+            return Ok(false);
+        }
+        self.round += 1;
+        let plans = self.schedule();
+        let rows = build_rows(&self.running, &plans);
+        let t = Instant::now();
+        let result = self.runner.forward(&rows);
+        let secs = t.elapsed().as_secs_f64();
+        drop(rows);
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => {
+                for p in &plans {
+                    let s = &mut self.running[p.seq];
+                    let _ = s.events.send(Event::Error(e.to_string()));
+                    s.finished = Some(FinishReason::Error);
+                }
+                self.reap();
+                return Err(e);
+            }
+        };
+        let total_rows: usize = plans
+            .iter()
+            .map(|p| {
+                p.catch_up.len()
+                    + p.drafts.len()
+                    + usize::from(p.window && self.running[p.seq].decoding())
+            })
+            .sum();
+        self.cost.observe_forward(total_rows, secs);
+        self.commit(&plans, &logits);
+        self.reap();
+        Ok(true)
+    }
+
+    /// Decide every sequence's rows for this step.
+    fn schedule(&mut self) -> Vec<Plan> {
+        let mut plans = Vec::new();
+        let mut rows = 0;
+        for (i, s) in self.running.iter().enumerate() {
+            if s.decoding() {
+                plans.push(Plan {
+                    seq: i,
+                    catch_up: 0..0,
+                    window: true,
+                    drafts: Vec::new(),
+                    source: None,
+                });
+                rows += 1;
+            }
+        }
+        let mut budget = self.config.max_step_rows.saturating_sub(rows);
+        for (i, s) in self.running.iter().enumerate() {
+            if s.decoding() || budget == 0 {
+                continue;
+            }
+            let remaining = s.tokens.len() - s.kv_len;
+            let n = remaining.min(budget);
+            plans.push(Plan {
+                seq: i,
+                catch_up: s.kv_len..s.kv_len + n,
+                window: n == remaining,
+                drafts: Vec::new(),
+                source: None,
+            });
+            budget -= n;
+            rows += n;
+        }
+        if self.config.drafts {
+            for plan in plans.iter_mut() {
+                let s = &self.running[plan.seq];
+                if !s.decoding() || !s.req.draft {
+                    continue;
+                }
+                // Guesses past max_tokens can never be committed; only forced drafting (which
+                // exists to exercise multi-row windows on every round) verifies them anyway.
+                let room = (s.req.max_tokens - s.generated().len())
+                    .saturating_sub(1)
+                    .max(self.config.min_drafts)
+                    .min(MAX_DRAFT);
+                if room == 0 {
+                    continue;
+                }
+                let (source, drafts) = self.choose_drafts(plan.seq, rows - 1, room);
+                rows += drafts.len();
+                plan.drafts = drafts;
+                plan.source = source;
+            }
+        }
+        plans
+    }
+
+    /// The guesses for one decoding sequence, sized by the cost model.
+    fn choose_drafts(
+        &mut self,
+        seq: usize,
+        other_rows: usize,
+        room: usize,
+    ) -> (Option<Source>, Vec<TokenId>) {
+        let s = &self.running[seq];
+        let view = SeqView {
+            id: s.id,
+            tokens: &s.tokens,
+            prompt_len: s.prompt_len(),
+            params: &s.req.params,
+            seed: s.seed,
+            table: &s.table,
+        };
+        let mut copy = self.copies.propose(&view, room);
+        let k_copy = self.cost.best_window("copies", copy.len(), other_rows, 0.0);
+        let rate = |cost: &CostModel, name: &'static str, k: usize, per: f64| {
+            cost.expected_tokens(name, k) / (cost.forward_secs(other_rows + 1 + k) + per * k as f64)
+        };
+        let mut best: (Option<Source>, usize, f64) = (None, 0, rate(&self.cost, "copies", 0, 0.0));
+        if k_copy > 0 {
+            best = (
+                Some(Source::Copies),
+                k_copy,
+                rate(&self.cost, "copies", k_copy, 0.0),
+            );
+        }
+        for (mi, m) in self.models.iter().enumerate() {
+            let per = self.cost.propose_secs(m.name());
+            let k = self.cost.best_window(m.name(), room, other_rows, per);
+            let r = rate(&self.cost, m.name(), k, per);
+            if k > 0 && r > best.2 {
+                best = (Some(Source::Model(mi)), k, r);
+            }
+        }
+        let (mut source, mut k) = (best.0, best.1);
+        // Probe a silent proposer now and then, so that it can earn its way back.
+        if source.is_none() && self.round % PROBE_EVERY == (s.id as usize) % PROBE_EVERY {
+            if !copy.is_empty() {
+                (source, k) = (Some(Source::Copies), 1);
+            } else if !self.models.is_empty() {
+                (source, k) = (
+                    Some(Source::Model(self.round / PROBE_EVERY % self.models.len())),
+                    1,
+                );
+            }
+        }
+        let forced = self.config.min_drafts.min(room);
+        if k < forced {
+            if copy.len() >= forced {
+                (source, k) = (Some(Source::Copies), forced);
+            } else if !self.models.is_empty() {
+                (source, k) = (Some(Source::Model(0)), forced);
+            } else {
+                (source, k) = (Some(Source::Filler), forced);
+            }
+        }
+        let drafts = match source {
+            None => Vec::new(),
+            Some(Source::Copies) => {
+                copy.truncate(k);
+                copy
+            }
+            Some(Source::Filler) => {
+                vec![*s.tokens.last().expect("decoding sequences have tokens"); k]
+            }
+            Some(Source::Model(mi)) => {
+                let t = Instant::now();
+                let d = self.models[mi].propose(&view, k);
+                let name = self.models[mi].name();
+                self.cost
+                    .observe_propose(name, d.len(), t.elapsed().as_secs_f64());
+                d
+            }
+        };
+        (source, drafts)
+    }
+
+    fn source_name(&self, source: Source) -> &'static str {
+        match source {
+            Source::Copies => "copies",
+            Source::Filler => "filler",
+            Source::Model(i) => self.models[i].name(),
+        }
+    }
+}
+
+/// The rows of a step, in plan order: catch-up rows, then each window's pending row and guesses.
+fn build_rows<'a>(running: &'a [Seq], plans: &[Plan]) -> Vec<Row<'a>> {
+    {
+        let mut rows = Vec::new();
+        for p in plans {
+            let s = &running[p.seq];
+            let last = s.tokens.len() - 1;
+            for pos in p.catch_up.clone() {
+                rows.push(Row {
+                    token: s.tokens[pos],
+                    pos,
+                    table: &s.table,
+                    logits: p.window && pos == last,
+                    tree: None,
+                });
+            }
+            if p.window && s.decoding() {
+                rows.push(Row {
+                    token: s.tokens[last],
+                    pos: last,
+                    table: &s.table,
+                    logits: true,
+                    tree: None,
+                });
+                for (j, d) in p.drafts.iter().enumerate() {
+                    rows.push(Row {
+                        token: *d,
+                        pos: last + 1 + j,
+                        table: &s.table,
+                        logits: true,
+                        tree: None,
+                    });
+                }
+            }
+        }
+        rows
+    }
+}
+
+impl Engine {
+    /// Draw, accept, commit and emit for every planned window.
+    fn commit(&mut self, plans: &[Plan], logits: &[f32]) {
+        let vocab = self.runner.vocab();
+        let mut at = 0;
+        let now = Instant::now();
+        for p in plans {
+            let decoding = self.running[p.seq].decoding();
+            let s = &mut self.running[p.seq];
+            if !p.catch_up.is_empty() {
+                s.kv_len = p.catch_up.end;
+            }
+            if !p.window {
+                continue;
+            }
+            let len = s.tokens.len();
+            let k = p.drafts.len();
+            let mut emitted = Vec::with_capacity(k + 1);
+            let mut accepted = 0;
+            for j in 0..=k {
+                let row = &logits[(at + j) * vocab..(at + j + 1) * vocab];
+                let mut history = s.generated().to_vec();
+                history.extend_from_slice(&p.drafts[..j]);
+                let t = self
+                    .sampler
+                    .sample(row, &s.req.params, s.seed, (len + j) as u64, &history);
+                emitted.push(t);
+                if j < k && p.drafts[j] == t {
+                    accepted += 1;
+                } else {
+                    break;
+                }
+            }
+            at += k + 1;
+            // The window's rows hold committed tokens up to the last accepted guess.
+            s.kv_len = len + accepted;
+            let mut kept = Vec::with_capacity(emitted.len());
+            for t in emitted {
+                s.tokens.push(t);
+                kept.push(t);
+                if !s.req.ignore_eos && s.req.stop_tokens.contains(&t) {
+                    s.finished = Some(FinishReason::Stop);
+                    break;
+                }
+                if s.generated().len() >= s.req.max_tokens {
+                    s.finished = Some(FinishReason::Length);
+                    break;
+                }
+            }
+            if decoding {
+                s.rounds += 1;
+                s.min_rows = s.min_rows.min(k + 1);
+                s.drafted += k;
+                s.accepted += accepted;
+            }
+            if s.first_token.is_none() {
+                s.first_token = Some(now);
+            }
+            s.last_token = Some(now);
+            if s.events.send(Event::Tokens(kept)).is_err() {
+                s.finished = Some(FinishReason::Cancelled);
+            }
+            let committed = s.tokens.len();
+            let id = s.id;
+            if let Some(src) = p.source {
+                let name = self.source_name(src);
+                self.running[p.seq].count_source(name, k, accepted);
+                self.cost.observe_accept(name, k, accepted);
+            }
+            for m in &mut self.models {
+                m.commit(id, committed);
+            }
+        }
+    }
+
+    /// Finishes and frees every sequence that is done.
+    fn reap(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].finished.is_some() {
+                let mut s = self.running.swap_remove(i);
+                let _ = s.events.send(Event::Done(s.receipt()));
+                self.blocks.release(&mut s.table);
+                for m in &mut self.models {
+                    m.release(s.id);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        self.waiting.retain(|s| {
+            if s.finished.is_some() || s.events.is_closed() {
+                let _ = s.events.send(Event::Done(s.receipt()));
+                false
+            } else {
+                true
+            }
+        });
+    }
+}

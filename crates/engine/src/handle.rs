@@ -1,0 +1,128 @@
+//! The engine on its own thread, and the handle the rest of the program talks to it through:
+//! `submit` returns a per-request event stream; dropping that stream cancels the request (the
+//! engine notices within one step and frees its blocks).
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::request::{Event, Request};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use tf_core::SeqId;
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+enum Command {
+    Submit(
+        Request,
+        tmpsc::UnboundedSender<Event>,
+        oneshot::Sender<Result<SeqId, EngineError>>,
+    ),
+    Cancel(SeqId),
+    Stats(oneshot::Sender<EngineStats>),
+}
+
+/// A snapshot of the engine's load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EngineStats {
+    pub running: usize,
+    pub waiting: usize,
+    pub free_blocks: usize,
+}
+
+/// Cheap to clone; the engine thread stops when every handle is gone and it is idle.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Command>,
+}
+
+/// A request's events, in order (`Tokens`…, then `Done`).
+pub type EventStream = tmpsc::UnboundedReceiver<Event>;
+
+impl EngineHandle {
+    /// Starts `engine` on its own thread.
+    pub fn spawn(engine: Engine) -> (EngineHandle, JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel();
+        let join = std::thread::Builder::new()
+            .name("tf-engine".into())
+            .spawn(move || run(engine, rx))
+            .expect("spawning the engine thread");
+        (EngineHandle { tx }, join)
+    }
+
+    /// Queues a request; invalid requests are refused here, before any work.
+    pub fn submit(&self, req: Request) -> Result<(SeqId, EventStream), EngineError> {
+        let (etx, erx) = tmpsc::unbounded_channel();
+        let (rtx, rrx) = oneshot::channel();
+        self.tx
+            .send(Command::Submit(req, etx, rtx))
+            .map_err(|_| EngineError::Stopped)?;
+        let id = rrx.blocking_recv().map_err(|_| EngineError::Stopped)??;
+        Ok((id, erx))
+    }
+
+    /// Like [`submit`](Self::submit), for async callers.
+    pub async fn submit_async(&self, req: Request) -> Result<(SeqId, EventStream), EngineError> {
+        let (etx, erx) = tmpsc::unbounded_channel();
+        let (rtx, rrx) = oneshot::channel();
+        self.tx
+            .send(Command::Submit(req, etx, rtx))
+            .map_err(|_| EngineError::Stopped)?;
+        let id = rrx.await.map_err(|_| EngineError::Stopped)??;
+        Ok((id, erx))
+    }
+
+    pub fn cancel(&self, id: SeqId) {
+        let _ = self.tx.send(Command::Cancel(id));
+    }
+
+    pub fn stats(&self) -> Option<EngineStats> {
+        let (rtx, rrx) = oneshot::channel();
+        self.tx.send(Command::Stats(rtx)).ok()?;
+        rrx.blocking_recv().ok()
+    }
+}
+
+fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
+    loop {
+        // Idle: block for the next command; busy: take what has arrived and keep stepping.
+        let first = if engine.is_idle() {
+            match rx.recv() {
+                Ok(c) => Some(c),
+                Err(_) => return,
+            }
+        } else {
+            None
+        };
+        let mut disconnected = false;
+        let handle = |c: Command, engine: &mut Engine| match c {
+            Command::Submit(req, events, reply) => {
+                let _ = reply.send(engine.submit(req, events));
+            }
+            Command::Cancel(id) => engine.cancel(id),
+            Command::Stats(reply) => {
+                let _ = reply.send(EngineStats {
+                    running: engine.running(),
+                    waiting: engine.waiting(),
+                    free_blocks: engine.free_blocks(),
+                });
+            }
+        };
+        if let Some(c) = first {
+            handle(c, &mut engine);
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(c) => handle(c, &mut engine),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    disconnected = true;
+                    break;
+                }
+            }
+        }
+        // A failed forward is reported to its requests; the engine keeps serving the others.
+        let _ = engine.step();
+        if disconnected && engine.is_idle() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! tf-engine: sequences, scheduling, paged KV bookkeeping, drafting with exact verification, and
+//! the keyed sampler.
+//!
+//! One step of the [`Engine`] is schedule → forward → draw → accept → commit → emit over windows
+//! of every running sequence. A drawn token is a pure function of (logits row, sampling params,
+//! seed, absolute position, committed history) ([`sampler`]), and every kernel below is
+//! row-exact, so a drafted reply is the serial reply, token for token (design guide §2.4, §2.5).
+//!
+//! * [`runner`]: the seam to a model ([`Runner`], [`ModelRunner`]); [`fake`]: a test target.
+//! * [`proposer`]: guessers (context copies, draft models).
+//! * [`cost`]: window sizing from measured forward costs and acceptance rates.
+//! * [`handle`]: the engine on its own thread, with per-request event streams.
+
+pub mod blocks;
+pub mod cost;
+mod engine;
+pub mod error;
+pub mod fake;
+pub mod handle;
+pub mod proposer;
+pub mod request;
+pub mod runner;
+pub mod sampler;
+mod sequence;
+
+pub use engine::{Engine, EngineConfig};
+pub use error::EngineError;
+pub use handle::{EngineHandle, EngineStats, EventStream};
+pub use request::{token_sha, Event, FinishReason, Receipt, Request, SourceCounts};
+pub use runner::{ModelRunner, Runner};
+pub use sampler::{
+    default_seed, gumbel, philox4x32_10, sample, Sampler, SamplerError, SamplingParams,
+};

@@ -1,0 +1,83 @@
+//! Context copies (prompt lookup): when the last few tokens occurred earlier in the prompt or the
+//! reply, guess that what followed them then follows them again. Code edits, quoting, repeated
+//! structure and tool outputs make this pay; it costs microseconds.
+
+use super::{Proposer, SeqView};
+use tf_core::TokenId;
+
+pub struct Copies {
+    /// Longest suffix tried first.
+    pub max_ngram: usize,
+    /// Shortest suffix that counts as a match.
+    pub min_ngram: usize,
+    /// How far back to search (tokens), bounding the cost on long contexts.
+    pub window: usize,
+}
+
+impl Default for Copies {
+    fn default() -> Self {
+        Copies {
+            max_ngram: 4,
+            min_ngram: 2,
+            window: 16_384,
+        }
+    }
+}
+
+impl Copies {
+    /// The continuation after the most recent earlier occurrence of the longest matching suffix.
+    pub fn lookup(&self, tokens: &[TokenId], max: usize) -> Vec<TokenId> {
+        let n = tokens.len();
+        if max == 0 || n < self.min_ngram + 1 {
+            return Vec::new();
+        }
+        let lo = n.saturating_sub(self.window);
+        for len in (self.min_ngram..=self.max_ngram.min(n - 1)).rev() {
+            let suffix = &tokens[n - len..];
+            // Most recent occurrence that ends before the suffix itself.
+            let mut start = n - len;
+            while start > lo {
+                start -= 1;
+                if &tokens[start..start + len] == suffix {
+                    let from = start + len;
+                    let to = (from + max).min(n);
+                    if from < to {
+                        return tokens[from..to].to_vec();
+                    }
+                }
+            }
+        }
+        Vec::new()
+    }
+}
+
+impl Proposer for Copies {
+    fn name(&self) -> &'static str {
+        "copies"
+    }
+    fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
+        self.lookup(seq.tokens, max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_latest_longest_match() {
+        let c = Copies::default();
+        // "a b c d ... a b c" -> "d ..."
+        let t = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3];
+        assert_eq!(c.lookup(&t, 3), vec![4, 5, 9]);
+        // The most recent occurrence wins.
+        let t = [1, 2, 7, 1, 2, 8, 1, 2];
+        assert_eq!(c.lookup(&t, 1), vec![8]);
+        // Nothing to copy.
+        assert!(c.lookup(&[1, 2, 3, 4], 4).is_empty());
+        assert!(c.lookup(&[1, 2, 1, 2], 0).is_empty());
+        // The continuation may run into the suffix itself (repetition).
+        let t = [5, 5, 5, 5];
+        assert_eq!(c.lookup(&t, 4), vec![5]);
+    }
+}

@@ -1,0 +1,111 @@
+//! A small draft model with the target's tokenizer. It samples with the target's keyed noise
+//! (same seed, same absolute positions, same parameters), so at temperature > 0 draft and target
+//! draw the same token whenever their distributions are close (coupled drafting). Its KV cache
+//! uses the sequence's block ids and is rolled back with the target's commits.
+
+use super::{Proposer, SeqView};
+use crate::sampler::Sampler;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tf_core::{SeqId, TokenId};
+use tf_kernels::kv::KvCache;
+use tf_kernels::ThreadPool;
+use tf_models::{Model, Row};
+
+pub struct DraftModel {
+    model: Arc<Model>,
+    kv: KvCache,
+    pool: Arc<ThreadPool>,
+    /// Positions of each sequence whose draft KV holds committed tokens.
+    valid: HashMap<SeqId, usize>,
+    sampler: Sampler,
+}
+
+impl DraftModel {
+    /// A draft model whose cache mirrors a target cache of `kv_blocks` blocks.
+    pub fn new(model: Arc<Model>, pool: Arc<ThreadPool>, kv_blocks: usize) -> DraftModel {
+        let kv = KvCache::new(model.config.n_layers, model.config.kv_dim(), kv_blocks);
+        DraftModel {
+            model,
+            kv,
+            pool,
+            valid: HashMap::new(),
+            sampler: Sampler::new(),
+        }
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+}
+
+impl Proposer for DraftModel {
+    fn name(&self) -> &'static str {
+        "draft-model"
+    }
+
+    fn costs_forward(&self) -> bool {
+        true
+    }
+
+    fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
+        let n = seq.tokens.len();
+        if max == 0 || n == 0 {
+            return Vec::new();
+        }
+        let from = self.valid.get(&seq.id).copied().unwrap_or(0).min(n - 1);
+        let rows: Vec<Row> = (from..n)
+            .map(|p| Row {
+                token: seq.tokens[p],
+                pos: p,
+                table: seq.table,
+                logits: p == n - 1,
+                tree: None,
+            })
+            .collect();
+        let Ok(mut logits) = self.model.forward(&self.pool, &rows, &mut self.kv) else {
+            return Vec::new();
+        };
+        let mut history = seq.tokens.to_vec();
+        let mut out = Vec::with_capacity(max);
+        loop {
+            let t = self.sampler.sample(
+                &logits,
+                seq.params,
+                seq.seed,
+                (n + out.len()) as u64,
+                &history[seq.prompt_len..],
+            );
+            out.push(t);
+            history.push(t);
+            if out.len() == max {
+                break;
+            }
+            let row = Row {
+                token: t,
+                pos: n - 1 + out.len(),
+                table: seq.table,
+                logits: true,
+                tree: None,
+            };
+            match self.model.forward(&self.pool, &[row], &mut self.kv) {
+                Ok(l) => logits = l,
+                Err(_) => break,
+            }
+        }
+        // Positions up to n-1 hold committed tokens; the drafts fed back are only guesses.
+        self.valid.insert(seq.id, n + out.len() - 1);
+        out
+    }
+
+    fn commit(&mut self, id: SeqId, committed: usize) {
+        if let Some(v) = self.valid.get_mut(&id) {
+            // Drafts that were accepted are committed tokens now; the first rejected one is not.
+            *v = (*v).min(committed.saturating_sub(1));
+        }
+    }
+
+    fn release(&mut self, id: SeqId) {
+        self.valid.remove(&id);
+    }
+}

@@ -1,0 +1,38 @@
+//! Proposers guess the next tokens of a sequence; the target verifies them (design guide §2.5).
+//! Whatever a proposer guesses, the committed tokens are the target's own draws, so a proposer can
+//! only change speed, never a token.
+
+mod copies;
+mod draft_model;
+
+pub use copies::Copies;
+pub use draft_model::DraftModel;
+
+use crate::sampler::SamplingParams;
+use tf_core::{BlockId, SeqId, TokenId};
+
+/// What a proposer may look at: committed tokens and the sampling setup (for coupled drafting).
+pub struct SeqView<'a> {
+    pub id: SeqId,
+    pub tokens: &'a [TokenId],
+    /// Where the reply starts in `tokens` (penalties read the reply only).
+    pub prompt_len: usize,
+    pub params: &'a SamplingParams,
+    pub seed: u64,
+    /// The sequence's KV block table (a draft model keeps its own cache under the same ids).
+    pub table: &'a [BlockId],
+}
+
+pub trait Proposer: Send {
+    fn name(&self) -> &'static str;
+    /// Up to `max` guessed tokens following `seq.tokens` (fewer, or none, when it has no idea).
+    fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId>;
+    /// The sequence now has `committed` tokens; anything computed past them is void.
+    fn commit(&mut self, _id: SeqId, _committed: usize) {}
+    /// The sequence is gone.
+    fn release(&mut self, _id: SeqId) {}
+    /// Whether proposing costs model time (the window sizing weighs it against its gain).
+    fn costs_forward(&self) -> bool {
+        false
+    }
+}

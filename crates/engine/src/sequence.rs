@@ -1,0 +1,103 @@
+//! Engine-side state of one request.
+
+use crate::request::{Event, FinishReason, Receipt, Request, SourceCounts};
+use std::time::Instant;
+use tf_core::{BlockId, SeqId, TokenId};
+use tokio::sync::mpsc::UnboundedSender;
+
+pub(crate) struct Seq {
+    pub id: SeqId,
+    pub req: Request,
+    pub seed: u64,
+    /// Prompt then committed reply tokens.
+    pub tokens: Vec<TokenId>,
+    /// Positions whose keys and values in the target cache hold committed tokens.
+    pub kv_len: usize,
+    pub table: Vec<BlockId>,
+    pub events: UnboundedSender<Event>,
+    pub submitted: Instant,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub rounds: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    pub min_rows: usize,
+    pub sources: Vec<SourceCounts>,
+    pub finished: Option<FinishReason>,
+}
+
+impl Seq {
+    pub fn new(id: SeqId, req: Request, events: UnboundedSender<Event>) -> Seq {
+        let seed = req.params.seed_for(&req.prompt);
+        Seq {
+            id,
+            seed,
+            tokens: req.prompt.clone(),
+            kv_len: 0,
+            table: Vec::new(),
+            events,
+            submitted: Instant::now(),
+            first_token: None,
+            last_token: None,
+            rounds: 0,
+            drafted: 0,
+            accepted: 0,
+            min_rows: usize::MAX,
+            sources: Vec::new(),
+            finished: None,
+            req,
+        }
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.req.prompt.len()
+    }
+
+    pub fn generated(&self) -> &[TokenId] {
+        &self.tokens[self.prompt_len()..]
+    }
+
+    /// Every prompt position is in the cache and the last committed token is pending.
+    pub fn decoding(&self) -> bool {
+        self.kv_len + 1 == self.tokens.len() && self.tokens.len() > self.prompt_len()
+    }
+
+    /// Slots a request can ever need: the prompt, the reply, and one window past it.
+    pub fn max_slots(&self) -> usize {
+        self.prompt_len() + self.req.max_tokens + crate::cost::MAX_DRAFT + 1
+    }
+
+    pub fn count_source(&mut self, name: &'static str, drafted: usize, accepted: usize) {
+        match self.sources.iter_mut().find(|s| s.name == name) {
+            Some(s) => {
+                s.drafted += drafted;
+                s.accepted += accepted;
+            }
+            None => self.sources.push(SourceCounts {
+                name,
+                drafted,
+                accepted,
+            }),
+        }
+    }
+
+    pub fn receipt(&self) -> Receipt {
+        let now = Instant::now();
+        let first = self.first_token.unwrap_or(now);
+        Receipt {
+            token_sha: crate::request::token_sha(self.generated()),
+            prompt_tokens: self.prompt_len(),
+            completion_tokens: self.generated().len(),
+            finish: self.finished.unwrap_or(FinishReason::Error),
+            min_rows: if self.rounds == 0 { 0 } else { self.min_rows },
+            rounds: self.rounds,
+            drafted: self.drafted,
+            accepted: self.accepted,
+            sources: self.sources.clone(),
+            prefill_secs: (first - self.submitted).as_secs_f64(),
+            decode_secs: self.last_token.map_or(0.0, |l| (l - first).as_secs_f64()),
+            ttft_secs: (first - self.submitted).as_secs_f64(),
+            seed: self.seed,
+        }
+    }
+}

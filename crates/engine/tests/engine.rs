@@ -1,0 +1,323 @@
+//! Engine exactness with a fake target whose next token depends on the whole history it can see
+//! in its KV cache: drafted == serial, concurrent == solo, whatever the proposers guess, the
+//! window sizes and the arrival order; cancellation frees every block.
+
+use std::collections::HashMap;
+use tf_core::{SeqId, TokenId};
+use tf_engine::cost::CostModel;
+use tf_engine::fake::FakeRunner;
+use tf_engine::proposer::{Proposer, SeqView};
+use tf_engine::{Engine, EngineConfig, Event, Receipt, Request, SamplingParams};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+const VOCAB: usize = 64;
+const BLOCKS: usize = 512;
+
+fn engine(config: EngineConfig) -> Engine {
+    Engine::new(
+        Box::new(FakeRunner::new(VOCAB, BLOCKS)),
+        config,
+        CostModel::flat(),
+    )
+}
+
+fn serial_config() -> EngineConfig {
+    EngineConfig {
+        drafts: false,
+        ..EngineConfig::default()
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A prompt with repeated stretches, so that copies find matches.
+fn prompt(seed: u64, len: usize) -> Vec<TokenId> {
+    let mut r = Rng(seed);
+    let motif: Vec<TokenId> = (0..8).map(|_| r.below(VOCAB) as TokenId).collect();
+    (0..len)
+        .map(|i| {
+            if i % 16 < 8 {
+                motif[i % 8]
+            } else {
+                r.below(VOCAB) as TokenId
+            }
+        })
+        .collect()
+}
+
+fn request(seed: u64, sampled: bool, max_tokens: usize) -> Request {
+    let mut req = Request::new(prompt(seed, 20 + (seed as usize % 30)), max_tokens);
+    req.stop_tokens = vec![0];
+    if sampled {
+        req.params = SamplingParams {
+            temperature: 0.9,
+            top_k: 20,
+            top_p: 0.95,
+            seed: Some(seed * 7),
+            ..SamplingParams::greedy()
+        };
+    }
+    req
+}
+
+struct Run {
+    tokens: Vec<TokenId>,
+    receipt: Receipt,
+}
+
+fn collect(rx: &mut UnboundedReceiver<Event>) -> Option<Run> {
+    let mut tokens = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Tokens(t) => tokens.extend(t),
+            Event::Error(e) => panic!("engine error: {e}"),
+            Event::Done(receipt) => return Some(Run { tokens, receipt }),
+        }
+    }
+    None
+}
+
+/// Runs `reqs` (submitted at the given steps) to completion on one engine.
+fn run_all(e: &mut Engine, reqs: Vec<(usize, Request)>) -> Vec<Run> {
+    let mut pending: Vec<(usize, usize, Request)> = reqs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (at, r))| (at, i, r))
+        .collect();
+    pending.sort_by_key(|p| p.0);
+    let n = pending.len();
+    let mut rxs: HashMap<usize, UnboundedReceiver<Event>> = HashMap::new();
+    let mut acc: HashMap<usize, Vec<TokenId>> = HashMap::new();
+    let mut done: HashMap<usize, Run> = HashMap::new();
+    let mut step = 0;
+    while done.len() < n {
+        while pending.first().is_some_and(|p| p.0 <= step) {
+            let (_, i, r) = pending.remove(0);
+            let (tx, rx) = unbounded_channel();
+            e.submit(r, tx).unwrap();
+            rxs.insert(i, rx);
+        }
+        e.step().unwrap();
+        step += 1;
+        for (i, rx) in rxs.iter_mut() {
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Tokens(t) => acc.entry(*i).or_default().extend(t),
+                    Event::Error(err) => panic!("{err}"),
+                    Event::Done(receipt) => {
+                        let tokens = acc.remove(i).unwrap_or_default();
+                        done.insert(*i, Run { tokens, receipt });
+                    }
+                }
+            }
+        }
+        assert!(step < 100_000, "engine made no progress");
+    }
+    (0..n).map(|i| done.remove(&i).unwrap()).collect()
+}
+
+fn solo(config: EngineConfig, req: Request) -> Run {
+    let mut e = engine(config);
+    run_all(&mut e, vec![(0, req)]).pop().unwrap()
+}
+
+#[test]
+fn drafted_equals_serial_with_copies_and_filler() {
+    for sampled in [false, true] {
+        for seed in 1..12u64 {
+            let req = request(seed, sampled, 60);
+            let serial = solo(serial_config(), req.clone());
+            assert_eq!(serial.receipt.min_rows, 1);
+            for min_drafts in [0usize, 1, 3, 8] {
+                let cfg = EngineConfig {
+                    min_drafts,
+                    ..EngineConfig::default()
+                };
+                let drafted = solo(cfg, req.clone());
+                assert_eq!(
+                    drafted.tokens, serial.tokens,
+                    "seed {seed} sampled {sampled} min_drafts {min_drafts}"
+                );
+                assert_eq!(drafted.receipt.token_sha, serial.receipt.token_sha);
+                assert_eq!(drafted.receipt.finish, serial.receipt.finish);
+                if min_drafts > 0 && drafted.receipt.rounds > 0 {
+                    assert!(
+                        drafted.receipt.min_rows >= 2,
+                        "forced drafts must verify 2+ rows"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Knows the serial reply and guesses it right for `right` tokens, then wrong.
+struct Prophet {
+    replies: HashMap<Vec<TokenId>, Vec<TokenId>>,
+    right: usize,
+    rng: Rng,
+}
+
+impl Proposer for Prophet {
+    fn name(&self) -> &'static str {
+        "prophet"
+    }
+    fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
+        let (prompt, reply) = self
+            .replies
+            .iter()
+            .find(|(p, _)| seq.tokens.starts_with(p))
+            .expect("known prompt");
+        let done = seq.tokens.len() - prompt.len();
+        let want = 1 + self.rng.below(max.max(1));
+        (0..want)
+            .map(|j| {
+                let truth = reply.get(done + j).copied().unwrap_or(1);
+                if j < self.right {
+                    truth
+                } else {
+                    (truth + 1 + self.rng.below(VOCAB - 1) as TokenId) % VOCAB as TokenId
+                }
+            })
+            .collect()
+    }
+    fn costs_forward(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn proposers_right_for_k_then_wrong_never_change_a_token() {
+    for sampled in [false, true] {
+        let reqs: Vec<Request> = (20..26).map(|s| request(s, sampled, 50)).collect();
+        let serial: Vec<Run> = reqs
+            .iter()
+            .map(|r| solo(serial_config(), r.clone()))
+            .collect();
+        let replies: HashMap<Vec<TokenId>, Vec<TokenId>> = reqs
+            .iter()
+            .zip(&serial)
+            .map(|(r, s)| (r.prompt.clone(), s.tokens.clone()))
+            .collect();
+        for right in [0usize, 1, 2, 5, 16] {
+            let mut e = engine(EngineConfig {
+                min_drafts: 1,
+                ..EngineConfig::default()
+            });
+            e.add_draft_model(Box::new(Prophet {
+                replies: replies.clone(),
+                right,
+                rng: Rng(right as u64),
+            }));
+            let runs = run_all(&mut e, reqs.iter().cloned().map(|r| (0, r)).collect());
+            for (i, (run, want)) in runs.iter().zip(&serial).enumerate() {
+                assert_eq!(
+                    run.tokens, want.tokens,
+                    "request {i}, right for {right}, sampled {sampled}"
+                );
+            }
+            let accepted: usize = runs.iter().map(|r| r.receipt.accepted).sum();
+            if right >= 2 {
+                assert!(accepted > 0, "correct guesses must be accepted");
+            }
+        }
+    }
+}
+
+#[test]
+fn concurrent_equals_solo_in_any_arrival_order() {
+    let mut rng = Rng(99);
+    for trial in 0..4 {
+        let n = 1 + trial * 5; // 1, 6, 11, 16 sequences
+        let reqs: Vec<Request> = (0..n)
+            .map(|i| request(100 + i as u64, i % 2 == 0, 20 + (i * 7) % 40))
+            .collect();
+        let solos: Vec<Run> = reqs
+            .iter()
+            .map(|r| solo(serial_config(), r.clone()))
+            .collect();
+        for drafts in [false, true] {
+            let mut cfg = if drafts {
+                EngineConfig {
+                    min_drafts: rng.below(4),
+                    ..EngineConfig::default()
+                }
+            } else {
+                serial_config()
+            };
+            cfg.max_step_rows = 16 + rng.below(64); // prefill in chunks while others decode
+            let mut e = engine(cfg);
+            let arrivals: Vec<(usize, Request)> =
+                reqs.iter().cloned().map(|r| (rng.below(30), r)).collect();
+            let runs = run_all(&mut e, arrivals);
+            for (i, (run, want)) in runs.iter().zip(&solos).enumerate() {
+                assert_eq!(
+                    run.receipt.token_sha, want.receipt.token_sha,
+                    "request {i} of {n}, drafts {drafts}"
+                );
+            }
+            assert_eq!(e.free_blocks(), BLOCKS, "blocks leaked");
+        }
+    }
+}
+
+#[test]
+fn dropping_the_stream_mid_window_frees_everything() {
+    let mut e = engine(EngineConfig {
+        min_drafts: 4,
+        ..EngineConfig::default()
+    });
+    let mut rxs: Vec<(SeqId, UnboundedReceiver<Event>)> = (0..6)
+        .map(|i| {
+            let (tx, rx) = unbounded_channel();
+            let id = e.submit(request(300 + i, i % 2 == 1, 500), tx).unwrap();
+            (id, rx)
+        })
+        .collect();
+    for _ in 0..5 {
+        e.step().unwrap();
+    }
+    // Drop half the streams, cancel one explicitly, keep the rest.
+    let cancelled = rxs[0].0;
+    e.cancel(cancelled);
+    rxs.retain(|(id, _)| id % 2 == 0);
+    let mut guard = 0;
+    while !e.is_idle() {
+        e.step().unwrap();
+        guard += 1;
+        assert!(guard < 10_000);
+    }
+    for (id, rx) in rxs.iter_mut() {
+        let run = collect(rx).expect("a Done event");
+        if *id == cancelled {
+            assert_eq!(run.receipt.finish, tf_engine::FinishReason::Cancelled);
+        }
+    }
+    assert_eq!(e.free_blocks(), BLOCKS);
+}
+
+#[test]
+fn bad_requests_are_refused_up_front() {
+    let mut e = engine(EngineConfig::default());
+    let (tx, _rx) = unbounded_channel();
+    assert!(e.submit(Request::new(vec![], 5), tx.clone()).is_err());
+    assert!(e
+        .submit(Request::new(vec![VOCAB as TokenId], 5), tx.clone())
+        .is_err());
+    assert!(e.submit(Request::new(vec![1], 0), tx.clone()).is_err());
+    let mut bad = Request::new(vec![1], 5);
+    bad.params.temperature = -1.0;
+    assert!(e.submit(bad, tx).is_err());
+}
