@@ -41,6 +41,26 @@ pub struct BenchArgs {
     /// Measured repetitions of each test (after one warm-up run).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub reps: u32,
+    /// Raw model speed (prefill --pp and decode --tg, like llama-bench) instead of the engine
+    /// cells.
+    #[arg(long)]
+    pub raw: bool,
+    /// Engine cells: comma-separated of code-sampled, chat-sampled, code-greedy, chat-greedy,
+    /// edit, or all.
+    #[arg(long, default_value = "all")]
+    pub cells: String,
+    /// Reply lengths of the engine cells (ignore_eos), comma-separated.
+    #[arg(long, default_value = "64,256")]
+    pub tokens: String,
+    /// Runs per cell and length, each with its own prompt and seed (after one warm-up).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub runs: u32,
+    /// Draft model: a model spec, or `none` (default: the catalogue's draft for the model).
+    #[arg(long)]
+    pub draft: Option<String>,
+    /// Serve every request serially (the engine's --no-drafts).
+    #[arg(long)]
+    pub no_drafts: bool,
 }
 
 /// One benchmark's measurements, in tokens per second.
@@ -126,6 +146,9 @@ fn measure(reps: u32, mut f: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
 }
 
 pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
+    if !args.raw {
+        return crate::cells::run(args, global);
+    }
     if args.pp == 0 && args.tg == 0 {
         bail!("nothing to measure: --pp and --tg are both 0");
     }

@@ -4,11 +4,14 @@
 //! whole context chain, only here.
 
 mod bench;
+mod cells;
 mod chat;
 mod generate;
 mod info;
+mod lanes;
 mod load;
 mod models;
+mod prompts;
 mod pull;
 mod run;
 mod sample;
@@ -74,7 +77,8 @@ enum Command {
     Models,
     /// Download a model into the cache (if needed) and print its path.
     Pull(pull::PullArgs),
-    /// Measure prefill and decode speed, like llama-bench.
+    /// Measure the drafting engine on the code/chat/edit cells (drafted vs serial, exactness
+    /// checked), or raw prefill/decode speed with --raw.
     Bench(bench::BenchArgs),
 }
 

@@ -505,6 +505,10 @@ impl Engine {
                 s.min_rows = s.min_rows.min(k + 1);
                 s.drafted += k;
                 s.accepted += accepted;
+                for i in 0..k.min(MAX_DRAFT) {
+                    s.at_drafted[i] += 1;
+                    s.at_accepted[i] += usize::from(i < accepted);
+                }
             }
             if s.first_token.is_none() {
                 s.first_token = Some(now);

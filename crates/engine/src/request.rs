@@ -76,6 +76,8 @@ pub struct Receipt {
     pub drafted: usize,
     pub accepted: usize,
     pub sources: Vec<SourceCounts>,
+    /// Per guess position i: (windows with a guess there, of which accepted).
+    pub by_position: Vec<(usize, usize)>,
     pub prefill_secs: f64,
     /// From the first generated token to the last.
     pub decode_secs: f64,

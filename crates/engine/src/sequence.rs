@@ -23,6 +23,9 @@ pub(crate) struct Seq {
     pub accepted: usize,
     pub min_rows: usize,
     pub sources: Vec<SourceCounts>,
+    /// Windows that had a guess at position i, and those whose guess i was accepted.
+    pub at_drafted: [usize; crate::cost::MAX_DRAFT],
+    pub at_accepted: [usize; crate::cost::MAX_DRAFT],
     pub finished: Option<FinishReason>,
 }
 
@@ -44,6 +47,8 @@ impl Seq {
             accepted: 0,
             min_rows: usize::MAX,
             sources: Vec::new(),
+            at_drafted: [0; crate::cost::MAX_DRAFT],
+            at_accepted: [0; crate::cost::MAX_DRAFT],
             finished: None,
             req,
         }
@@ -94,6 +99,13 @@ impl Seq {
             drafted: self.drafted,
             accepted: self.accepted,
             sources: self.sources.clone(),
+            by_position: self
+                .at_drafted
+                .iter()
+                .zip(&self.at_accepted)
+                .take_while(|(d, _)| **d > 0)
+                .map(|(d, a)| (*d, *a))
+                .collect(),
             prefill_secs: (first - self.submitted).as_secs_f64(),
             decode_secs: self.last_token.map_or(0.0, |l| (l - first).as_secs_f64()),
             ttft_secs: (first - self.submitted).as_secs_f64(),

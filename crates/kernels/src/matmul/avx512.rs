@@ -57,7 +57,7 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
             for g in 0..4 {
                 let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
                 let dp = _mm512_dpbusd_epi32(zero, wv[g], xv);
-                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(dp, svs[g]));
+                isum = _mm512_dpwssd_epi32(isum, dp, svs[g]);
             }
             let isum = _mm512_reduce_add_epi32(isum);
             let mut msum = 0i32;
@@ -76,6 +76,25 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
         }
     }
     out[..R].copy_from_slice(&acc);
+}
+
+/// Lanes of the first `R` rows.
+#[inline(always)]
+fn row_mask<const R: usize>() -> __mmask8 {
+    ((1u32 << R) - 1) as __mmask8
+}
+
+/// 32 i16 of block-major row metadata (`per_row` values a row) starting `at` values past `p`;
+/// zero past the first `R` rows, which are never read (they may lie beyond the array).
+#[inline(always)]
+unsafe fn load_i16<const R: usize>(p: *const i16, at: usize, per_row: usize) -> __m512i {
+    let valid = (R * per_row).saturating_sub(at).min(32);
+    let mask: __mmask32 = if valid == 32 {
+        u32::MAX
+    } else {
+        (1u32 << valid) - 1
+    };
+    _mm512_maskz_loadu_epi16(mask, p.add(at) as *const _)
 }
 
 /// Eight per-row 16-lane integer accumulators reduced to one vector of eight sums (exact).
@@ -149,7 +168,7 @@ unsafe fn step8(
 /// Q4_K, eight rows at once: the weight block is decoded once, integer sums are reduced together
 /// and the float step runs on eight lanes (the same IEEE operations as [`block_step`]).
 #[inline(always)]
-unsafe fn q4k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     let nb = w.len() / 144;
     let rows = x.rows;
     let mut acc = _mm256_setzero_ps();
@@ -183,19 +202,19 @@ unsafe fn q4k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
             svs[g] = _mm512_permutexvar_epi32(idx[g], sv);
         }
         let mut isums = [zero; 8];
-        for (r, isum) in isums.iter_mut().enumerate() {
+        for (r, isum) in isums.iter_mut().enumerate().take(R) {
             let xb = x.row_qs(r0 + r).as_ptr().add(256 * b);
             for g in 0..4 {
                 let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
                 let dp = _mm512_dpbusd_epi32(zero, wv[g], xv);
-                *isum = _mm512_add_epi32(*isum, _mm512_madd_epi16(dp, svs[g]));
+                *isum = _mm512_dpwssd_epi32(*isum, dp, svs[g]);
             }
         }
         // Σ_j min_j * sum32_j per row, from the block-major sums: 8 rows x 8 i16 = two vectors.
         let mv = _mm512_broadcast_i32x4(_mm_loadu_si128(mins.as_ptr() as *const __m128i));
         let sp = x.sums32_t.as_ptr().add((b * rows + r0) * 8);
-        let p0 = _mm512_madd_epi16(_mm512_loadu_si512(sp as *const _), mv);
-        let p1 = _mm512_madd_epi16(_mm512_loadu_si512(sp.add(32) as *const _), mv);
+        let p0 = _mm512_madd_epi16(load_i16::<R>(sp, 0, 8), mv);
+        let p1 = _mm512_madd_epi16(load_i16::<R>(sp, 32, 8), mv);
         _mm512_storeu_si512(msums.as_mut_ptr() as *mut _, p0);
         _mm512_storeu_si512(msums.as_mut_ptr().add(16) as *mut _, p1);
         let msum = lane_sums8(&msums[..32]);
@@ -210,12 +229,12 @@ unsafe fn q4k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
             msum,
         );
     }
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
+    _mm256_mask_storeu_ps(out.as_mut_ptr(), row_mask::<R>(), acc);
 }
 
 /// Q6_K, eight rows at once (see [`q4k_rows8`]).
 #[inline(always)]
-unsafe fn q6k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     let nb = w.len() / 210;
     let rows = x.rows;
     let mut acc = _mm256_setzero_ps();
@@ -247,12 +266,12 @@ unsafe fn q6k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
             svs[2 * n + 1] = _mm512_permutexvar_epi32(pb, s32);
         }
         let mut isums = [zero; 8];
-        for (r, isum) in isums.iter_mut().enumerate() {
+        for (r, isum) in isums.iter_mut().enumerate().take(R) {
             let xb = x.row_qs(r0 + r).as_ptr().add(256 * b);
             for q in 0..4 {
                 let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
                 let dp = _mm512_dpbusd_epi32(zero, wv[q], xv);
-                *isum = _mm512_add_epi32(*isum, _mm512_madd_epi16(dp, svs[q]));
+                *isum = _mm512_dpwssd_epi32(*isum, dp, svs[q]);
             }
         }
         // Σ_g scale_g * sum16_g per row: 8 rows x 16 i16 = four vectors.
@@ -260,7 +279,7 @@ unsafe fn q6k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
         let scv = _mm512_broadcast_i64x4(sc16);
         let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16);
         for i in 0..4 {
-            let p = _mm512_madd_epi16(_mm512_loadu_si512(sp.add(32 * i) as *const _), scv);
+            let p = _mm512_madd_epi16(load_i16::<R>(sp, 32 * i, 16), scv);
             _mm512_storeu_si512(corr.as_mut_ptr().add(16 * i) as *mut _, p);
         }
         let c = lane_sums8(&corr);
@@ -276,18 +295,23 @@ unsafe fn q6k_rows8(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
             _mm256_setzero_si256(),
         );
     }
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
+    _mm256_mask_storeu_ps(out.as_mut_ptr(), row_mask::<R>(), acc);
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows_q4k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     match out.len() {
-        8 => q4k_rows8(w, x, r0, out),
-        4 => q4k_rows::<4>(w, x, r0, out),
         1 => q4k_rows::<1>(w, x, r0, out),
+        2 => q4k_rows8::<2>(w, x, r0, out),
+        3 => q4k_rows8::<3>(w, x, r0, out),
+        4 => q4k_rows8::<4>(w, x, r0, out),
+        5 => q4k_rows8::<5>(w, x, r0, out),
+        6 => q4k_rows8::<6>(w, x, r0, out),
+        7 => q4k_rows8::<7>(w, x, r0, out),
         n => {
-            for r in 0..n {
-                q4k_rows::<1>(w, x, r0 + r, &mut out[r..]);
+            q4k_rows8::<8>(w, x, r0, out);
+            if n > 8 {
+                rows_q4k(w, x, r0 + 8, &mut out[8..]);
             }
         }
     }
@@ -342,7 +366,7 @@ unsafe fn q6k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
             for q in 0..4 {
                 let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
                 let dp = _mm512_dpbusd_epi32(zero, wv[q], xv);
-                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(dp, svs[q]));
+                isum = _mm512_dpwssd_epi32(isum, dp, svs[q]);
             }
             let isum = _mm512_reduce_add_epi32(isum) - 32 * corr;
             *a = block_step(*a, Shape::Scale, d, 0.0, x.row_d(row)[b], isum, 0);
@@ -354,12 +378,17 @@ unsafe fn q6k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows_q6k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     match out.len() {
-        8 => q6k_rows8(w, x, r0, out),
-        4 => q6k_rows::<4>(w, x, r0, out),
         1 => q6k_rows::<1>(w, x, r0, out),
+        2 => q6k_rows8::<2>(w, x, r0, out),
+        3 => q6k_rows8::<3>(w, x, r0, out),
+        4 => q6k_rows8::<4>(w, x, r0, out),
+        5 => q6k_rows8::<5>(w, x, r0, out),
+        6 => q6k_rows8::<6>(w, x, r0, out),
+        7 => q6k_rows8::<7>(w, x, r0, out),
         n => {
-            for r in 0..n {
-                q6k_rows::<1>(w, x, r0 + r, &mut out[r..]);
+            q6k_rows8::<8>(w, x, r0, out);
+            if n > 8 {
+                rows_q6k(w, x, r0 + 8, &mut out[8..]);
             }
         }
     }

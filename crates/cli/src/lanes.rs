@@ -1,0 +1,73 @@
+//! Building the drafting engine for a model: the target, its draft model (the catalogue's
+//! choice unless told otherwise), context copies, and a measured cost model.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use tf_engine::cost::CostModel;
+use tf_engine::proposer::DraftModel;
+use tf_engine::{Engine, EngineConfig, ModelRunner};
+use tf_models::Model;
+use tf_text::Tokenizer;
+
+use crate::load;
+use crate::GlobalArgs;
+
+pub struct Lanes {
+    pub engine: Engine,
+    pub tokenizer: Tokenizer,
+    pub draft: Option<Arc<Model>>,
+    /// Measured forward seconds per row count.
+    pub calibration: Vec<(usize, f64)>,
+}
+
+/// `draft`: `None` = the catalogue's draft for the target (if any), `Some("none")` = no draft
+/// model, else a model spec.
+pub fn build(
+    target_spec: &str,
+    draft: Option<&str>,
+    kv_positions: usize,
+    context: usize,
+    config: EngineConfig,
+    global: &GlobalArgs,
+) -> Result<Lanes> {
+    let path = load::resolve(target_spec, global)?;
+    let loaded = load::load(&path)?;
+    let target = Arc::new(loaded.model);
+    let pool = Arc::new(load::thread_pool(global));
+    let draft_spec = match draft {
+        Some("none") => None,
+        Some(s) => Some(s.to_string()),
+        None => tf_fetch::find(target_spec)
+            .and_then(|e| e.draft)
+            .map(str::to_string),
+    };
+    let runner = ModelRunner::new(target.clone(), pool.clone(), kv_positions, context);
+    let blocks = tf_engine::Runner::kv_blocks(&runner);
+    let mut engine = Engine::new(Box::new(runner), config, CostModel::flat());
+    let mut draft_model = None;
+    if let Some(spec) = draft_spec {
+        let dpath = load::resolve(&spec, global)?;
+        let dm = Arc::new(
+            Model::load(&dpath)
+                .with_context(|| format!("cannot load draft model {}", dpath.display()))?,
+        );
+        if dm.config.vocab != target.config.vocab {
+            bail!(
+                "draft model {} has a vocabulary of {} tokens, the target {}: they must share a tokenizer",
+                dpath.display(),
+                dm.config.vocab,
+                target.config.vocab
+            );
+        }
+        engine.add_draft_model(Box::new(DraftModel::new(dm.clone(), pool.clone(), blocks)));
+        draft_model = Some(dm);
+    }
+    let calibration = engine.calibrate().context("measuring the forward cost")?;
+    Ok(Lanes {
+        engine,
+        tokenizer: loaded.tokenizer,
+        draft: draft_model,
+        calibration,
+    })
+}
