@@ -9,16 +9,18 @@ use std::collections::HashMap;
 pub const MAX_DRAFT: usize = 16;
 /// Most rows a step is sized for; beyond it the cost is extrapolated linearly.
 const MAX_ROWS: usize = 256;
-/// Weight of a new observation in the decaying averages.
-const DECAY: f64 = 0.05;
-/// Acceptance assumed before anything is observed: optimistic enough to try drafting.
-const PRIOR_ACCEPT: f64 = 0.6;
+/// Weight of a new observation in the decaying averages: a few dozen windows of history.
+const DECAY: f64 = 0.08;
+/// Acceptance assumed before anything is observed: enough to try a guess or two.
+const PRIOR_ACCEPT: f64 = 0.5;
 /// Rounds between forced one-draft probes of a proposer that stopped paying (to notice recovery).
 pub const PROBE_EVERY: usize = 32;
 
 pub struct CostModel {
-    /// Seconds per forward of r rows, index r (index 0 unused).
+    /// Shape of the cost curve: seconds per forward of r rows at `scale` 1, index r (0 unused).
     row_secs: Vec<f64>,
+    /// How the machine runs now relative to the measured shape.
+    scale: f64,
     /// Per proposer: P(guess i accepted | guesses before it accepted).
     accept: HashMap<&'static str, [f64; MAX_DRAFT]>,
     /// Per proposer that runs a model: seconds per proposed token.
@@ -37,6 +39,7 @@ impl CostModel {
         }
         CostModel {
             row_secs,
+            scale: 1.0,
             accept: HashMap::new(),
             propose_secs: HashMap::new(),
         }
@@ -51,21 +54,25 @@ impl CostModel {
         if rows == 0 {
             return 0.0;
         }
-        if rows <= MAX_ROWS {
-            self.row_secs[rows]
-        } else {
-            self.row_secs[MAX_ROWS] * rows as f64 / MAX_ROWS as f64
-        }
+        self.scale
+            * if rows <= MAX_ROWS {
+                self.row_secs[rows]
+            } else {
+                self.row_secs[MAX_ROWS] * rows as f64 / MAX_ROWS as f64
+            }
     }
 
     /// Refines the cost of `rows`-row forwards with one observation.
     pub fn observe_forward(&mut self, rows: usize, secs: f64) {
-        if (1..=MAX_ROWS).contains(&rows) {
-            let s = &mut self.row_secs[rows];
-            // A step slowed by something else on the machine should not poison the estimate.
-            let obs = secs.min(*s * 3.0);
-            *s += 4.0 * DECAY * (obs - *s);
+        if !(1..=MAX_ROWS).contains(&rows) || !(secs > 0.0) {
+            return;
         }
+        // In log terms: the whole curve follows the observation quickly (the machine got slower
+        // or faster), the observed point's share of the shape slowly. A step slowed by something
+        // else on the machine is capped so it cannot poison the estimate.
+        let ratio = (secs / self.forward_secs(rows)).min(3.0);
+        self.scale *= ratio.powf(4.0 * DECAY);
+        self.row_secs[rows] *= ratio.powf(DECAY / 8.0);
     }
 
     pub fn observe_propose(&mut self, source: &'static str, tokens: usize, secs: f64) {
@@ -188,6 +195,18 @@ mod tests {
         let flatish = CostModel::from_points(&[(1, 1.0), (16, 1.5)]);
         assert_eq!(flatish.best_window("draft-model", 8, 0, 0.7), 0);
         assert!(flatish.best_window("draft-model", 8, 0, 0.05) > 0);
+    }
+
+    #[test]
+    fn observations_rescale_the_whole_curve() {
+        // A flat prior meets a machine where every forward takes a microsecond: the curve must
+        // come down everywhere, not only at the observed row count.
+        let mut m = CostModel::flat();
+        for _ in 0..400 {
+            m.observe_forward(1, 1e-6);
+        }
+        assert!(m.forward_secs(1) < 1e-5);
+        assert!(m.forward_secs(2) < 2e-6, "{}", m.forward_secs(2));
     }
 
     #[test]

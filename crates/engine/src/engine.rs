@@ -5,7 +5,7 @@
 use crate::blocks::BlockPool;
 use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
 use crate::error::EngineError;
-use crate::proposer::{Copies, Proposer, SeqView};
+use crate::proposer::{copy_source, Copies, Proposer, SeqView};
 use crate::request::{Event, FinishReason, Request};
 use crate::runner::{Row, Runner};
 use crate::sampler::Sampler;
@@ -42,7 +42,8 @@ impl Default for EngineConfig {
 /// A source of guesses for one window.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Source {
-    Copies,
+    /// Context copies, tracked by the name of their match length.
+    Copies(&'static str),
     /// Index into `Engine::models`.
     Model(usize),
     /// Forced filler guesses (the last token repeated) when nothing else has one.
@@ -339,17 +340,20 @@ impl Engine {
             seed: s.seed,
             table: &s.table,
         };
-        let mut copy = self.copies.propose(&view, room);
-        let k_copy = self.cost.best_window("copies", copy.len(), other_rows, 0.0);
+        let (mut copy, match_len) = self.copies.lookup_with_len(view.tokens, room);
+        let copy_name = copy_source(match_len);
+        let k_copy = self
+            .cost
+            .best_window(copy_name, copy.len(), other_rows, 0.0);
         let rate = |cost: &CostModel, name: &'static str, k: usize, per: f64| {
             cost.expected_tokens(name, k) / (cost.forward_secs(other_rows + 1 + k) + per * k as f64)
         };
-        let mut best: (Option<Source>, usize, f64) = (None, 0, rate(&self.cost, "copies", 0, 0.0));
+        let mut best: (Option<Source>, usize, f64) = (None, 0, rate(&self.cost, copy_name, 0, 0.0));
         if k_copy > 0 {
             best = (
-                Some(Source::Copies),
+                Some(Source::Copies(copy_name)),
                 k_copy,
-                rate(&self.cost, "copies", k_copy, 0.0),
+                rate(&self.cost, copy_name, k_copy, 0.0),
             );
         }
         for (mi, m) in self.models.iter().enumerate() {
@@ -364,7 +368,7 @@ impl Engine {
         // Probe a silent proposer now and then, so that it can earn its way back.
         if source.is_none() && self.round % PROBE_EVERY == (s.id as usize) % PROBE_EVERY {
             if !copy.is_empty() {
-                (source, k) = (Some(Source::Copies), 1);
+                (source, k) = (Some(Source::Copies(copy_name)), 1);
             } else if !self.models.is_empty() {
                 (source, k) = (
                     Some(Source::Model(self.round / PROBE_EVERY % self.models.len())),
@@ -375,7 +379,7 @@ impl Engine {
         let forced = self.config.min_drafts.min(room);
         if k < forced {
             if copy.len() >= forced {
-                (source, k) = (Some(Source::Copies), forced);
+                (source, k) = (Some(Source::Copies(copy_name)), forced);
             } else if !self.models.is_empty() {
                 (source, k) = (Some(Source::Model(0)), forced);
             } else {
@@ -384,7 +388,7 @@ impl Engine {
         }
         let drafts = match source {
             None => Vec::new(),
-            Some(Source::Copies) => {
+            Some(Source::Copies(_)) => {
                 copy.truncate(k);
                 copy
             }
@@ -405,7 +409,7 @@ impl Engine {
 
     fn source_name(&self, source: Source) -> &'static str {
         match source {
-            Source::Copies => "copies",
+            Source::Copies(name) => name,
             Source::Filler => "filler",
             Source::Model(i) => self.models[i].name(),
         }

@@ -24,12 +24,27 @@ impl Default for Copies {
     }
 }
 
+/// Names under which copies are tracked, by the length of the matched suffix: a 2-token match
+/// predicts far worse than a 4-token one, and the cost model learns each separately.
+pub const COPY_SOURCES: [&str; 3] = ["copies-2", "copies-3", "copies-4+"];
+
+/// The source name of a match of `len` tokens.
+pub fn copy_source(len: usize) -> &'static str {
+    COPY_SOURCES[len.clamp(2, 4) - 2]
+}
+
 impl Copies {
     /// The continuation after the most recent earlier occurrence of the longest matching suffix.
     pub fn lookup(&self, tokens: &[TokenId], max: usize) -> Vec<TokenId> {
+        self.lookup_with_len(tokens, max).0
+    }
+
+    /// Like [`lookup`](Self::lookup), also returning the length of the matched suffix (0 when
+    /// nothing matched).
+    pub fn lookup_with_len(&self, tokens: &[TokenId], max: usize) -> (Vec<TokenId>, usize) {
         let n = tokens.len();
         if max == 0 || n < self.min_ngram + 1 {
-            return Vec::new();
+            return (Vec::new(), 0);
         }
         let lo = n.saturating_sub(self.window);
         for len in (self.min_ngram..=self.max_ngram.min(n - 1)).rev() {
@@ -42,12 +57,12 @@ impl Copies {
                     let from = start + len;
                     let to = (from + max).min(n);
                     if from < to {
-                        return tokens[from..to].to_vec();
+                        return (tokens[from..to].to_vec(), len);
                     }
                 }
             }
         }
-        Vec::new()
+        (Vec::new(), 0)
     }
 }
 

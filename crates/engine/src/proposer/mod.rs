@@ -5,7 +5,7 @@
 mod copies;
 mod draft_model;
 
-pub use copies::Copies;
+pub use copies::{copy_source, Copies, COPY_SOURCES};
 pub use draft_model::DraftModel;
 
 use crate::sampler::SamplingParams;
