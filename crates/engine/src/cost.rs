@@ -64,7 +64,7 @@ impl CostModel {
 
     /// Refines the cost of `rows`-row forwards with one observation.
     pub fn observe_forward(&mut self, rows: usize, secs: f64) {
-        if !(1..=MAX_ROWS).contains(&rows) || !(secs > 0.0) {
+        if !(1..=MAX_ROWS).contains(&rows) || secs.is_nan() || secs <= 0.0 {
             return;
         }
         // In log terms: the whole curve follows the observation quickly (the machine got slower
