@@ -13,6 +13,10 @@ const MAX_ROWS: usize = 256;
 const DECAY: f64 = 0.08;
 /// Acceptance assumed before anything is observed: enough to try a guess or two.
 const PRIOR_ACCEPT: f64 = 0.5;
+/// Drafting must promise this much over serial decoding before it is tried: a window also costs
+/// sampling and bookkeeping per row that the forward cost does not include, and a wrong guess
+/// about acceptance must not make a request slower than serial.
+const DRAFT_MARGIN: f64 = 0.08;
 /// Rounds between forced one-draft probes of a proposer that stopped paying (to notice recovery).
 pub const PROBE_EVERY: usize = 32;
 
@@ -110,6 +114,17 @@ impl CostModel {
             .unwrap_or([PRIOR_ACCEPT; MAX_DRAFT])
     }
 
+    /// Whether a proposer costing `per_guess_secs` a guess could beat serial decoding even if
+    /// every guess were accepted. When it cannot, it is not worth even a probe.
+    pub fn can_ever_pay(&self, other_rows: usize, per_guess_secs: f64) -> bool {
+        let serial = 1.0 / self.forward_secs(other_rows + 1);
+        (1..=MAX_DRAFT).any(|k| {
+            let r = (k + 1) as f64
+                / (self.forward_secs(other_rows + 1 + k) + per_guess_secs * k as f64);
+            r > serial * (1.0 + DRAFT_MARGIN)
+        })
+    }
+
     /// Expected tokens committed by a window with `k` guesses from `source`: the target's own
     /// token plus each guess weighted by the chance that it and all before it are accepted.
     pub fn expected_tokens(&self, source: &'static str, k: usize) -> f64 {
@@ -137,11 +152,12 @@ impl CostModel {
             self.expected_tokens(source, k)
                 / (self.forward_secs(other_rows + 1 + k) + per_guess_secs * k as f64)
         };
+        let serial = rate(0);
         let mut best = 0;
-        let mut best_rate = rate(0);
+        let mut best_rate = serial;
         for k in 1..=available.min(MAX_DRAFT) {
             let r = rate(k);
-            if r > best_rate * 1.0001 {
+            if r > best_rate && r > serial * (1.0 + DRAFT_MARGIN) {
                 best = k;
                 best_rate = r;
             }

@@ -356,8 +356,15 @@ impl Engine {
                 rate(&self.cost, copy_name, k_copy, 0.0),
             );
         }
+        let mut useful_models = Vec::new();
         for (mi, m) in self.models.iter().enumerate() {
             let per = self.cost.propose_secs(m.name());
+            // A draft model that could not pay even with every guess right is not run at all:
+            // each use also costs it a catch-up over the tokens committed since its last use.
+            if !self.cost.can_ever_pay(other_rows, per) {
+                continue;
+            }
+            useful_models.push(mi);
             let k = self.cost.best_window(m.name(), room, other_rows, per);
             let r = rate(&self.cost, m.name(), k, per);
             if k > 0 && r > best.2 {
@@ -369,11 +376,9 @@ impl Engine {
         if source.is_none() && self.round % PROBE_EVERY == (s.id as usize) % PROBE_EVERY {
             if !copy.is_empty() {
                 (source, k) = (Some(Source::Copies(copy_name)), 1);
-            } else if !self.models.is_empty() {
-                (source, k) = (
-                    Some(Source::Model(self.round / PROBE_EVERY % self.models.len())),
-                    1,
-                );
+            } else if !useful_models.is_empty() {
+                let pick = useful_models[self.round / PROBE_EVERY % useful_models.len()];
+                (source, k) = (Some(Source::Model(pick)), 1);
             }
         }
         let forced = self.config.min_drafts.min(room);
