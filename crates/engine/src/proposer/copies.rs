@@ -24,6 +24,9 @@ impl Default for Copies {
     }
 }
 
+/// Earlier occurrences of a suffix examined per lookup (bounds the cost on repetitive text).
+const MAX_CANDIDATES: usize = 16;
+
 /// Names under which copies are tracked, by the length of the matched suffix: a 2-token match
 /// predicts far worse than a 4-token one, and the cost model learns each separately.
 pub const COPY_SOURCES: [&str; 3] = ["copies-2", "copies-3", "copies-4+"];
@@ -49,16 +52,29 @@ impl Copies {
         let lo = n.saturating_sub(self.window);
         for len in (self.min_ngram..=self.max_ngram.min(n - 1)).rev() {
             let suffix = &tokens[n - len..];
-            // Most recent occurrence that ends before the suffix itself.
+            // Earlier occurrences, most recent first: the first whose continuation is as long as
+            // asked wins; otherwise the longest continuation seen (a recent repeat can be only a
+            // few tokens back, while the same text in the prompt goes on for hundreds).
+            let mut best: Option<(usize, usize)> = None;
             let mut start = n - len;
-            while start > lo {
+            let mut seen = 0;
+            while start > lo && seen < MAX_CANDIDATES {
                 start -= 1;
                 if &tokens[start..start + len] == suffix {
+                    seen += 1;
                     let from = start + len;
-                    let to = (from + max).min(n);
-                    if from < to {
-                        return (tokens[from..to].to_vec(), len);
+                    let avail = (n - from).min(max);
+                    if best.is_none_or(|(_, b)| avail > b) {
+                        best = Some((from, avail));
                     }
+                    if avail == max {
+                        break;
+                    }
+                }
+            }
+            if let Some((from, avail)) = best {
+                if avail > 0 {
+                    return (tokens[from..from + avail].to_vec(), len);
                 }
             }
         }
@@ -94,5 +110,8 @@ mod tests {
         // The continuation may run into the suffix itself (repetition).
         let t = [5, 5, 5, 5];
         assert_eq!(c.lookup(&t, 4), vec![5]);
+        // A recent repeat with a short continuation loses to an older, longer one.
+        let t = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 1, 2, 3];
+        assert_eq!(c.lookup(&t, 4), vec![4, 5, 6, 7]);
     }
 }

@@ -5,7 +5,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::reference::block_step;
-use super::unpack::{f16_at, scale_min_k4, Shape};
+use super::unpack::{f16_at, scale_min_k4, scales_mins_k4, Shape};
 use crate::actq::QuantAct;
 use std::arch::x86_64::*;
 
@@ -119,16 +119,17 @@ unsafe fn reduce8(v: &[__m512i; 8]) -> __m256i {
     )
 }
 
-/// Sums of each group of `lanes_per_row` consecutive i32 lanes for 8 rows laid out row-major over
-/// `v` (exact integer adds).
+/// Every i32 lane becomes the sum of the four lanes of its 128-bit lane (exact integer adds).
 #[inline(always)]
-unsafe fn lane_sums8(v: &[i32]) -> __m256i {
-    let per = v.len() / 8;
-    let mut out = [0i32; 8];
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = v[r * per..(r + 1) * per].iter().sum();
-    }
-    _mm256_loadu_si256(out.as_ptr() as *const __m256i)
+unsafe fn sum4_lanes(p: __m512i) -> __m512i {
+    let t = _mm512_add_epi32(p, _mm512_shuffle_epi32::<0b10_11_00_01>(p));
+    _mm512_add_epi32(t, _mm512_shuffle_epi32::<0b01_00_11_10>(t))
+}
+
+/// Permutation picking lane 0 of each 128-bit lane of two vectors: rows 0..4 then 4..8.
+#[inline(always)]
+unsafe fn every4() -> __m512i {
+    _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0)
 }
 
 /// `acc + ((d*dx)*isum - (dmin*dx)*msum)` on eight lanes: [`block_step`] lane by lane.
@@ -179,18 +180,11 @@ unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
         let (a, b) = (2 * g as i32, 2 * g as i32 + 1);
         *slot = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
     }
-    let mut msums = [0i32; 64];
     for b in 0..nb {
         let blk = &w[144 * b..144 * (b + 1)];
-        let sc = &blk[4..16];
-        let mut scales = [0u8; 16];
-        let mut mins = [0i16; 8];
-        for j in 0..8 {
-            let (s, m) = scale_min_k4(j, sc);
-            scales[j] = s;
-            mins[j] = m as i16;
-        }
-        let sv = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales.as_ptr() as *const __m128i));
+        let (scales, mins) = scales_mins_k4(&blk[4..16]);
+        let sv = _mm512_cvtepu8_epi32(_mm_set_epi64x(0, scales as i64));
+        let mv = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi64x(0, mins as i64)));
         let q = blk.as_ptr().add(16);
         let mut wv = [zero; 4];
         let mut svs = [zero; 4];
@@ -210,15 +204,13 @@ unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
                 *isum = _mm512_dpwssd_epi32(*isum, dp, svs[g]);
             }
         }
-        // Σ_j min_j * sum32_j per row, from the block-major sums: 8 rows x 8 i16 = two vectors.
-        let mv = _mm512_broadcast_i32x4(_mm_loadu_si128(mins.as_ptr() as *const __m128i));
+        // Σ_j min_j * sum32_j per row, from the block-major sums: 8 rows x 8 i16 = two vectors,
+        // each row's four i32 partial sums in one 128-bit lane.
         let sp = x.sums32_t.as_ptr().add((b * rows + r0) * 8);
-        let p0 = _mm512_madd_epi16(load_i16::<R>(sp, 0, 8), mv);
-        let p1 = _mm512_madd_epi16(load_i16::<R>(sp, 32, 8), mv);
-        _mm512_storeu_si512(msums.as_mut_ptr() as *mut _, p0);
-        _mm512_storeu_si512(msums.as_mut_ptr().add(16) as *mut _, p1);
-        let msum = lane_sums8(&msums[..32]);
-        let dx = _mm256_loadu_ps(x.d_t.as_ptr().add(b * rows + r0));
+        let p0 = sum4_lanes(_mm512_madd_epi16(load_i16::<R>(sp, 0, 8), mv));
+        let p1 = sum4_lanes(_mm512_madd_epi16(load_i16::<R>(sp, 32, 8), mv));
+        let msum = _mm512_castsi512_si256(_mm512_permutex2var_epi32(p0, every4(), p1));
+        let dx = _mm256_maskz_loadu_ps(row_mask::<R>(), x.d_t.as_ptr().add(b * rows + r0));
         acc = step8(
             acc,
             Shape::ScaleMinusMin,
@@ -245,7 +237,6 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
     let sh_b = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
     let pa = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     let pb = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4);
-    let mut corr = [0i32; 64];
     for b in 0..nb {
         let blk = blk_at(w, b, 210);
         let scp = blk.as_ptr().add(192) as *const i8;
@@ -278,13 +269,19 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
         let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
         let scv = _mm512_broadcast_i64x4(sc16);
         let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16);
-        for i in 0..4 {
-            let p = _mm512_madd_epi16(load_i16::<R>(sp, 32 * i, 16), scv);
-            _mm512_storeu_si512(corr.as_mut_ptr().add(16 * i) as *mut _, p);
+        // Each vector: two rows of eight i32 partial sums; fold each 256-bit half to one value.
+        let mut c = [zero; 4];
+        for (i, ci) in c.iter_mut().enumerate() {
+            let p = sum4_lanes(_mm512_madd_epi16(load_i16::<R>(sp, 32 * i, 16), scv));
+            *ci = _mm512_add_epi32(p, _mm512_shuffle_i64x2::<0b10_11_00_01>(p, p));
         }
-        let c = lane_sums8(&corr);
+        let pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 24, 16, 8, 0);
+        let c01 = _mm512_permutex2var_epi32(c[0], pick, c[1]);
+        let c23 = _mm512_permutex2var_epi32(c[2], pick, c[3]);
+        let join = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 19, 18, 17, 16, 3, 2, 1, 0);
+        let c = _mm512_castsi512_si256(_mm512_permutex2var_epi32(c01, join, c23));
         let isum = _mm256_sub_epi32(reduce8(&isums), _mm256_slli_epi32::<5>(c));
-        let dx = _mm256_loadu_ps(x.d_t.as_ptr().add(b * rows + r0));
+        let dx = _mm256_maskz_loadu_ps(row_mask::<R>(), x.d_t.as_ptr().add(b * rows + r0));
         acc = step8(
             acc,
             Shape::Scale,

@@ -80,6 +80,26 @@ pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// All eight 6-bit scales and mins of a Q4_K/Q5_K block at once, as bytes of two u64 words
+/// (the same values as [`scale_min_k4`] for j = 0..8).
+#[inline(always)]
+pub(crate) fn scales_mins_k4(s: &[u8]) -> (u64, u64) {
+    let a0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let a1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+    let a2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let sc_lo = a0 & LOW6;
+    let m_lo = a1 & LOW6;
+    let sc_hi = (a2 & LOW4) | (((a0 >> 6) & TOP2) << 4);
+    let m_hi = ((a2 >> 4) & LOW4) | (((a1 >> 6) & TOP2) << 4);
+    (
+        sc_lo as u64 | (sc_hi as u64) << 32,
+        m_lo as u64 | (m_hi as u64) << 32,
+    )
+}
+
 pub fn unpack_k(dtype: DType, b: &[u8]) -> KBlock {
     let mut k = KBlock {
         q: [0; 256],
@@ -234,4 +254,29 @@ pub fn unpack_legacy(dtype: DType, b: &[u8]) -> LBlock {
         _ => panic!("unpack_legacy: {dtype} is not a legacy quant"),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_unpack_equals_per_group_unpack() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..2000 {
+            let mut s = [0u8; 12];
+            for b in s.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            let (sc, mn) = scales_mins_k4(&s);
+            for j in 0..8 {
+                let (a, b) = scale_min_k4(j, &s);
+                assert_eq!(((sc >> (8 * j)) & 0xff) as u8, a);
+                assert_eq!(((mn >> (8 * j)) & 0xff) as u8, b);
+            }
+        }
+    }
 }
