@@ -37,6 +37,18 @@ impl SplitMix64 {
     }
 }
 
+/// Packs random 6-bit scales into a Q4_K/Q5_K block with every group's min equal to its scale,
+/// so that `dmin = mid * d` centres the group's values on zero (`mid` = the middle code).
+fn centre_k4(b: &mut [u8], rng: &mut SplitMix64) {
+    let s: Vec<u8> = (0..8).map(|_| (rng.next_u64() & 63) as u8).collect();
+    for j in 0..4 {
+        let packed = s[j] | ((s[j + 4] >> 4) << 6);
+        b[4 + j] = packed; // scale j, top bits of scale j+4
+        b[4 + j + 4] = packed; // min j (= scale j), top bits of min j+4
+        b[4 + 8 + j] = (s[j + 4] & 0x0F) | ((s[j + 4] & 0x0F) << 4);
+    }
+}
+
 fn put_f16(b: &mut [u8], at: usize, v: f32) {
     b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
 }
@@ -85,21 +97,51 @@ pub fn random_blocks(dtype: DType, n_elems: usize, seed: u64) -> Vec<u8> {
             }
             DType::Q8_0 => put_f16(b, 0, sign * rng.range(1e-4, 1e-3)),
             DType::Q2K => {
-                put_f16(b, 80, rng.range(1e-3, 5e-3));
-                put_f16(b, 82, rng.range(1e-3, 5e-3));
+                // Each group's min equals its scale and dmin = 1.5 d: values d*s*(q - 1.5)
+                // centre on zero, as trained weights do.
+                for byte in &mut b[0..16] {
+                    *byte = (*byte & 0x0F) | ((*byte & 0x0F) << 4);
+                }
+                let d = rng.range(1e-3, 5e-3);
+                put_f16(b, 80, d);
+                put_f16(b, 82, 1.5 * d);
             }
             DType::Q3K => put_f16(b, 108, sign * rng.range(2e-4, 1e-3)),
             DType::Q4K => {
-                put_f16(b, 0, rng.range(1e-4, 5e-4));
-                put_f16(b, 2, rng.range(1e-4, 5e-4));
+                centre_k4(b, &mut rng);
+                let d = rng.range(1e-4, 5e-4);
+                put_f16(b, 0, d);
+                put_f16(b, 2, 7.5 * d);
             }
             DType::Q5K => {
-                put_f16(b, 0, rng.range(6.2e-5, 2.5e-4));
-                put_f16(b, 2, rng.range(6.2e-5, 2.5e-4));
+                centre_k4(b, &mut rng);
+                let d = rng.range(6.2e-5, 2.5e-4);
+                put_f16(b, 0, d);
+                put_f16(b, 2, 15.5 * d);
             }
             DType::Q6K => put_f16(b, 208, sign * rng.range(6.2e-5, 2e-4)),
             DType::F32 | DType::F16 | DType::BF16 => {}
         }
     }
     out
+}
+
+#[cfg(test)]
+mod centring {
+    use super::*;
+
+    /// Trained weights are centred on zero; random ones should be too, or synthetic models
+    /// degenerate into repeating one token.
+    #[test]
+    fn k_quant_random_weights_are_centred() {
+        for dtype in [DType::Q2K, DType::Q4K, DType::Q5K, DType::Q4_1, DType::Q4_0] {
+            let n = 256 * 64;
+            let bytes = random_blocks(dtype, n, 7);
+            let mut v = vec![0f32; n];
+            crate::quant::dequantize(dtype, &bytes, &mut v).unwrap();
+            let mean: f64 = v.iter().map(|x| *x as f64).sum::<f64>() / n as f64;
+            let rms: f64 = (v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / n as f64).sqrt();
+            assert!(mean.abs() < 0.1 * rms, "{dtype}: mean {mean} vs rms {rms}");
+        }
+    }
 }
