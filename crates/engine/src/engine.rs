@@ -4,6 +4,11 @@
 
 use crate::blocks::BlockPool;
 use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
+use tf_kernels::attention::KeyRemap;
+use tf_models::TreeRow;
+
+/// Nodes per extra tree branch.
+const TREE_BRANCH_LEN: usize = 2;
 use crate::error::EngineError;
 use crate::proposer::{copy_source, Copies, Proposer, SeqView};
 use crate::request::{Event, FinishReason, Request};
@@ -26,6 +31,10 @@ pub struct EngineConfig {
     /// Guess at least this many tokens per round when drafting (0 = as the cost model decides).
     /// Tests use it to exercise multi-row windows on every round.
     pub min_drafts: usize,
+    /// Extra copy branches verified beside the main guess chain (tree drafts), at most.
+    pub tree_branches: usize,
+    /// Add the extra branches whenever there are some, whatever the cost model says (tests).
+    pub force_trees: bool,
 }
 
 impl Default for EngineConfig {
@@ -35,6 +44,8 @@ impl Default for EngineConfig {
             max_running: 64,
             drafts: true,
             min_drafts: 0,
+            tree_branches: 2,
+            force_trees: false,
         }
     }
 }
@@ -58,6 +69,9 @@ struct Plan {
     window: bool,
     drafts: Vec<TokenId>,
     source: Option<Source>,
+    /// Tree drafts: other branches (distinct first tokens) and the KV slots of their nodes.
+    branches: Vec<Vec<TokenId>>,
+    branch_slots: Vec<Vec<usize>>,
 }
 
 pub struct Engine {
@@ -240,6 +254,7 @@ impl Engine {
         self.round += 1;
         let plans = self.schedule();
         let rows = build_rows(&self.running, &plans);
+        let total_rows = rows.len();
         let t = Instant::now();
         let result = self.runner.forward(&rows);
         let secs = t.elapsed().as_secs_f64();
@@ -256,14 +271,6 @@ impl Engine {
                 return Err(e);
             }
         };
-        let total_rows: usize = plans
-            .iter()
-            .map(|p| {
-                p.catch_up.len()
-                    + p.drafts.len()
-                    + usize::from(p.window && self.running[p.seq].decoding())
-            })
-            .sum();
         self.cost.observe_forward(total_rows, secs);
         self.commit(&plans, &logits);
         self.reap();
@@ -282,6 +289,8 @@ impl Engine {
                     window: true,
                     drafts: Vec::new(),
                     source: None,
+                    branches: Vec::new(),
+                    branch_slots: Vec::new(),
                 });
                 rows += 1;
             }
@@ -299,6 +308,8 @@ impl Engine {
                 window: n == remaining,
                 drafts: Vec::new(),
                 source: None,
+                branches: Vec::new(),
+                branch_slots: Vec::new(),
             });
             budget -= n;
             rows += n;
@@ -320,6 +331,12 @@ impl Engine {
                 }
                 let (source, drafts) = self.choose_drafts(plan.seq, rows - 1, room);
                 rows += drafts.len();
+                if matches!(source, Some(Source::Copies(_))) {
+                    let (branches, slots) = self.choose_branches(plan.seq, &drafts, rows, room);
+                    rows += branches.iter().map(Vec::len).sum::<usize>();
+                    plan.branches = branches;
+                    plan.branch_slots = slots;
+                }
                 plan.drafts = drafts;
                 plan.source = source;
             }
@@ -415,6 +432,54 @@ impl Engine {
         (source, drafts)
     }
 
+    /// Tree drafts: other continuations the context offers (distinct first tokens), verified in
+    /// the same forward. Each branch node gets its own KV slot after the main chain's; it reads
+    /// its ancestors through a remap, so it computes exactly what the serial row would.
+    fn choose_branches(
+        &self,
+        seq: usize,
+        chain: &[TokenId],
+        rows: usize,
+        room: usize,
+    ) -> (Vec<Vec<TokenId>>, Vec<Vec<usize>>) {
+        if self.config.tree_branches == 0 || chain.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let s = &self.running[seq];
+        let len = s.tokens.len();
+        let per_branch = chain.len().min(TREE_BRANCH_LEN);
+        let (found, _) = self
+            .copies
+            .branches(&s.tokens, per_branch, self.config.tree_branches + 1);
+        let mut branches = Vec::new();
+        let mut slots = Vec::new();
+        let mut next_slot = len + chain.len();
+        let mut nodes = chain.len();
+        for b in found.into_iter().filter(|b| b[0] != chain[0]) {
+            if branches.len() == self.config.tree_branches || nodes + b.len() > room {
+                break;
+            }
+            // Only when the extra rows are (nearly) free, unless forced.
+            let extra = b.len();
+            let cost_now = self
+                .cost
+                .forward_secs(rows + branches.iter().map(Vec::len).sum::<usize>());
+            if !self.config.force_trees
+                && self
+                    .cost
+                    .forward_secs(rows + branches.iter().map(Vec::len).sum::<usize>() + extra)
+                    > cost_now * 1.03
+            {
+                break;
+            }
+            slots.push((next_slot..next_slot + extra).collect());
+            next_slot += extra;
+            nodes += extra;
+            branches.push(b);
+        }
+        (branches, slots)
+    }
+
     fn source_name(&self, source: Source) -> &'static str {
         match source {
             Source::Copies(name) => name,
@@ -425,7 +490,7 @@ impl Engine {
 }
 
 /// The rows of a step, in plan order: catch-up rows, then each window's pending row and guesses.
-fn build_rows<'a>(running: &'a [Seq], plans: &[Plan]) -> Vec<Row<'a>> {
+fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
     {
         let mut rows = Vec::new();
         for p in plans {
@@ -457,6 +522,23 @@ fn build_rows<'a>(running: &'a [Seq], plans: &[Plan]) -> Vec<Row<'a>> {
                         tree: None,
                     });
                 }
+                for (branch, slots) in p.branches.iter().zip(&p.branch_slots) {
+                    for (j, d) in branch.iter().enumerate() {
+                        rows.push(Row {
+                            token: *d,
+                            pos: last + 1 + j,
+                            table: &s.table,
+                            logits: true,
+                            tree: Some(TreeRow {
+                                slot: slots[j],
+                                remap: KeyRemap {
+                                    base: last + 1,
+                                    slots: &slots[..=j],
+                                },
+                            }),
+                        });
+                    }
+                }
             }
         }
         rows
@@ -480,23 +562,59 @@ impl Engine {
             }
             let len = s.tokens.len();
             let k = p.drafts.len();
-            let mut emitted = Vec::with_capacity(k + 1);
-            let mut accepted = 0;
-            for j in 0..=k {
-                let row = &logits[(at + j) * vocab..(at + j + 1) * vocab];
-                let mut history = s.generated().to_vec();
-                history.extend_from_slice(&p.drafts[..j]);
-                let t = self
-                    .sampler
-                    .sample(row, &s.req.params, s.seed, (len + j) as u64, &history);
-                emitted.push(t);
-                if j < k && p.drafts[j] == t {
-                    accepted += 1;
-                } else {
-                    break;
+            let tree_nodes: usize = p.branches.iter().map(Vec::len).sum();
+            let row_at = |r: usize| &logits[(at + r) * vocab..(at + r + 1) * vocab];
+            let mut history = s.generated().to_vec();
+            let first = self
+                .sampler
+                .sample(row_at(0), &s.req.params, s.seed, len as u64, &history);
+            // The branch that starts with the target's own first token, if any: the main chain
+            // (rows 1..=k), else the first extra branch that does.
+            let mut follow: Option<(&[TokenId], usize, Option<usize>)> = None;
+            if k > 0 && p.drafts[0] == first {
+                follow = Some((&p.drafts, 1, None));
+            } else {
+                let mut offset = 1 + k;
+                for (b, branch) in p.branches.iter().enumerate() {
+                    if branch[0] == first {
+                        follow = Some((branch, offset, Some(b)));
+                        break;
+                    }
+                    offset += branch.len();
                 }
             }
-            at += k + 1;
+            let mut emitted = vec![first];
+            let mut accepted = 0;
+            let mut via_branch = None;
+            if let Some((branch, offset, b)) = follow {
+                via_branch = b;
+                accepted = 1;
+                history.push(first);
+                loop {
+                    let t = self.sampler.sample(
+                        row_at(offset + accepted - 1),
+                        &s.req.params,
+                        s.seed,
+                        (len + accepted) as u64,
+                        &history,
+                    );
+                    emitted.push(t);
+                    if accepted < branch.len() && branch[accepted] == t {
+                        accepted += 1;
+                        history.push(t);
+                    } else {
+                        break;
+                    }
+                }
+            }
+            at += 1 + k + tree_nodes;
+            // Accepted rows of an extra branch move from their slots to their positions.
+            if let Some(b) = via_branch {
+                let moves: Vec<(usize, usize)> = (0..accepted)
+                    .map(|i| (p.branch_slots[b][i], len + i))
+                    .collect();
+                self.runner.copy_slots(&s.table, &moves);
+            }
             // The window's rows hold committed tokens up to the last accepted guess.
             s.kv_len = len + accepted;
             let mut kept = Vec::with_capacity(emitted.len());
@@ -512,14 +630,15 @@ impl Engine {
                     break;
                 }
             }
+            let chain_accepted = if via_branch.is_none() { accepted } else { 0 };
             if decoding {
                 s.rounds += 1;
-                s.min_rows = s.min_rows.min(k + 1);
-                s.drafted += k;
+                s.min_rows = s.min_rows.min(k + tree_nodes + 1);
+                s.drafted += k + tree_nodes;
                 s.accepted += accepted;
                 for i in 0..k.min(MAX_DRAFT) {
                     s.at_drafted[i] += 1;
-                    s.at_accepted[i] += usize::from(i < accepted);
+                    s.at_accepted[i] += usize::from(i < chain_accepted);
                 }
             }
             if s.first_token.is_none() {
@@ -533,8 +652,12 @@ impl Engine {
             let id = s.id;
             if let Some(src) = p.source {
                 let name = self.source_name(src);
-                self.running[p.seq].count_source(name, k, accepted);
-                self.cost.observe_accept(name, k, accepted);
+                self.running[p.seq].count_source(name, k, chain_accepted);
+                self.cost.observe_accept(name, k, chain_accepted);
+            }
+            if tree_nodes > 0 {
+                let tree_accepted = if via_branch.is_some() { accepted } else { 0 };
+                self.running[p.seq].count_source("copies-tree", tree_nodes, tree_accepted);
             }
             for m in &mut self.models {
                 m.commit(id, committed);

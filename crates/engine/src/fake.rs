@@ -17,6 +17,9 @@ pub struct FakeRunner {
     pub rows_seen: usize,
     /// Logit sharpness: higher = more peaked distributions (more predictable sampling).
     pub sharpness: f32,
+    /// Positions the next token depends on (the last ones); 0 = the whole history. A short
+    /// context makes text repeat, so copies and tree drafts get accepted.
+    pub context: usize,
 }
 
 impl FakeRunner {
@@ -28,6 +31,7 @@ impl FakeRunner {
             calls: 0,
             rows_seen: 0,
             sharpness: 4.0,
+            context: 0,
         }
     }
 
@@ -52,6 +56,11 @@ impl Runner for FakeRunner {
     fn context_len(&self) -> usize {
         1 << 20
     }
+    fn copy_slots(&mut self, table: &[u32], moves: &[(usize, usize)]) {
+        for &(from, to) in moves {
+            self.kv[Self::slot_index(table, to)] = self.kv[Self::slot_index(table, from)];
+        }
+    }
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
         self.calls += 1;
         self.rows_seen += rows.len();
@@ -62,7 +71,12 @@ impl Runner for FakeRunner {
         let mut out = Vec::new();
         for r in rows.iter().filter(|r| r.logits) {
             let mut h = 0x1234_5678u64;
-            for p in 0..=r.pos {
+            let from = if self.context == 0 {
+                0
+            } else {
+                (r.pos + 1).saturating_sub(self.context)
+            };
+            for p in from..=r.pos {
                 let slot = match r.tree {
                     Some(t) if p >= t.remap.base => t.remap.slots[p - t.remap.base],
                     _ => p,

@@ -17,6 +17,9 @@ pub trait Runner: Send {
     /// Runs `rows`, writing each row's key and value into its slot first; returns the logits of
     /// the rows with `logits: true`, in order, `vocab()` values each.
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError>;
+    /// Copies KV slot `from` to slot `to` of the sequence with block table `table`, for each
+    /// pair in order (accepted tree-draft rows moving to their positions).
+    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]);
 }
 
 /// A real model with its KV cache.
@@ -62,5 +65,10 @@ impl Runner for ModelRunner {
     }
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
         Ok(self.model.forward(&self.pool, rows, &mut self.kv)?)
+    }
+    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
+        for &(from, to) in moves {
+            self.kv.copy_slot(table, from, to);
+        }
     }
 }

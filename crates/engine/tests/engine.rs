@@ -133,6 +133,14 @@ fn solo(config: EngineConfig, req: Request) -> Run {
     run_all(&mut e, vec![(0, req)]).pop().unwrap()
 }
 
+/// Like [`solo`] on a target whose next token depends on the last `context` tokens only.
+fn solo_short(config: EngineConfig, req: Request, context: usize) -> Run {
+    let mut fake = FakeRunner::new(VOCAB, BLOCKS);
+    fake.context = context;
+    let mut e = Engine::new(Box::new(fake), config, CostModel::flat());
+    run_all(&mut e, vec![(0, req)]).pop().unwrap()
+}
+
 #[test]
 fn drafted_equals_serial_with_copies_and_filler() {
     for sampled in [false, true] {
@@ -320,4 +328,40 @@ fn bad_requests_are_refused_up_front() {
     let mut bad = Request::new(vec![1], 5);
     bad.params.temperature = -1.0;
     assert!(e.submit(bad, tx).is_err());
+}
+
+#[test]
+fn tree_drafts_equal_serial_and_get_accepted() {
+    let mut tree_hits = 0;
+    for sampled in [false, true] {
+        for seed in 40..52u64 {
+            let req = request(seed, sampled, 80);
+            let context = 1 + (seed as usize % 2);
+            let serial = solo_short(serial_config(), req.clone(), context);
+            for min_drafts in [1usize, 2, 4] {
+                let cfg = EngineConfig {
+                    min_drafts,
+                    tree_branches: 3,
+                    force_trees: true,
+                    ..EngineConfig::default()
+                };
+                let run = solo_short(cfg, req.clone(), context);
+                assert_eq!(
+                    run.tokens, serial.tokens,
+                    "seed {seed} sampled {sampled} min_drafts {min_drafts}"
+                );
+                tree_hits += run
+                    .receipt
+                    .sources
+                    .iter()
+                    .filter(|s| s.name == "copies-tree")
+                    .map(|s| s.accepted)
+                    .sum::<usize>();
+            }
+        }
+    }
+    assert!(
+        tree_hits > 0,
+        "no tree branch was ever accepted: the tree path went untested"
+    );
 }

@@ -63,6 +63,19 @@ impl KvCache {
         self.v[l][off..off + self.kv_dim].copy_from_slice(v);
     }
 
+    /// Copies slot `from` of a sequence to its slot `to` in every layer (a tree-draft branch's
+    /// accepted rows moving to their positions).
+    pub fn copy_slot(&mut self, table: &[BlockId], from: usize, to: usize) {
+        let at = |slot: usize| {
+            (table[slot / BLOCK_SIZE] as usize * BLOCK_SIZE + slot % BLOCK_SIZE) * self.kv_dim
+        };
+        let (f, t) = (at(from), at(to));
+        for l in 0..self.layers {
+            self.k[l].copy_within(f..f + self.kv_dim, t);
+            self.v[l].copy_within(f..f + self.kv_dim, t);
+        }
+    }
+
     /// Copies the first `n` positions of block `src` into block `dst` in every layer
     /// (copy-on-write of a shared partial block).
     pub fn copy_block(&mut self, src: BlockId, dst: BlockId, n: usize) {

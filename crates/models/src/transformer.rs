@@ -101,7 +101,7 @@ impl Model {
                 kv.write(
                     li,
                     row.table,
-                    row.pos,
+                    row.slot(),
                     &k[r * kvd..(r + 1) * kvd],
                     &v[r * kvd..(r + 1) * kvd],
                 );

@@ -82,6 +82,51 @@ impl Copies {
     }
 }
 
+impl Copies {
+    /// Up to `branches` continuations with distinct first tokens after earlier occurrences of the
+    /// longest matching suffix (most recent first), each at most `max` long, and the match length.
+    pub fn branches(
+        &self,
+        tokens: &[TokenId],
+        max: usize,
+        branches: usize,
+    ) -> (Vec<Vec<TokenId>>, usize) {
+        let n = tokens.len();
+        if max == 0 || branches == 0 || n < self.min_ngram + 1 {
+            return (Vec::new(), 0);
+        }
+        let lo = n.saturating_sub(self.window);
+        for len in (self.min_ngram..=self.max_ngram.min(n - 1)).rev() {
+            let suffix = &tokens[n - len..];
+            let mut found: Vec<Vec<TokenId>> = Vec::new();
+            let mut start = n - len;
+            let mut seen = 0;
+            while start > lo && seen < MAX_CANDIDATES {
+                start -= 1;
+                if &tokens[start..start + len] != suffix {
+                    continue;
+                }
+                seen += 1;
+                let from = start + len;
+                let cont = &tokens[from..(from + max).min(n)];
+                if cont.is_empty() {
+                    continue;
+                }
+                match found.iter().position(|f| f[0] == cont[0]) {
+                    Some(i) if found[i].len() < cont.len() => found[i] = cont.to_vec(),
+                    Some(_) => {}
+                    None if found.len() < branches => found.push(cont.to_vec()),
+                    None => {}
+                }
+            }
+            if !found.is_empty() {
+                return (found, len);
+            }
+        }
+        (Vec::new(), 0)
+    }
+}
+
 impl Proposer for Copies {
     fn name(&self) -> &'static str {
         "copies"
@@ -110,6 +155,11 @@ mod tests {
         // The continuation may run into the suffix itself (repetition).
         let t = [5, 5, 5, 5];
         assert_eq!(c.lookup(&t, 4), vec![5]);
+        // Branches: distinct first tokens, most recent first.
+        let t = [1, 2, 7, 7, 1, 2, 8, 8, 1, 2, 7, 9, 1, 2];
+        let (b, len) = c.branches(&t, 2, 3);
+        assert_eq!(len, 2);
+        assert_eq!(b, vec![vec![7, 9], vec![8, 8]]);
         // A recent repeat with a short continuation loses to an older, longer one.
         let t = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 1, 2, 3];
         assert_eq!(c.lookup(&t, 4), vec![4, 5, 6, 7]);
