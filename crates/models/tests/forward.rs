@@ -353,3 +353,61 @@ fn bad_rows_are_errors_not_panics() {
         Err(ModelError::PositionOutOfRange { .. })
     ));
 }
+
+#[test]
+fn tree_rows_in_other_slots_give_the_serial_bits() {
+    use tf_kernels::attention::KeyRemap;
+    use tf_models::TreeRow;
+    let spec = SynthSpec::tiny("qwen2", DType::Q4K);
+    let m = model(&spec);
+    let pool = ThreadPool::new(2);
+    let toks = tokens(40, 9, spec.vocab);
+    let n = toks.len();
+    let serial = run_chunked(&m, &pool, &toks, &[n]);
+    let blocks = (n + 16).div_ceil(BLOCK_SIZE);
+    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), blocks);
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let base = n - 3;
+    let rows: Vec<Row> = (0..base)
+        .map(|p| Row {
+            token: toks[p],
+            pos: p,
+            table: &table,
+            logits: false,
+            tree: None,
+        })
+        .collect();
+    m.forward(&pool, &rows, &mut kv).unwrap();
+    // The last three positions as a branch in slots n+2.., beside a decoy chain in slots base..
+    // holding other tokens.
+    let slots: Vec<usize> = (0..3).map(|j| n + 2 + j).collect();
+    let mut rows: Vec<Row> = (0..3)
+        .map(|j| Row {
+            token: (toks[base + j] + 1) % spec.vocab as u32,
+            pos: base + j,
+            table: &table,
+            logits: false,
+            tree: None,
+        })
+        .collect();
+    for j in 0..3 {
+        rows.push(Row {
+            token: toks[base + j],
+            pos: base + j,
+            table: &table,
+            logits: true,
+            tree: Some(TreeRow {
+                slot: slots[j],
+                remap: KeyRemap {
+                    base,
+                    slots: &slots[..=j],
+                },
+            }),
+        });
+    }
+    let got = m.forward(&pool, &rows, &mut kv).unwrap();
+    assert!(
+        same_bits(&got, &serial[base * spec.vocab..]),
+        "tree rows differ from the serial rows"
+    );
+}
