@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the dequantization fixtures of crates/weights/tests/fixtures/dequant/.
 
-For each of the 13 tensor types TensorFold reads, writes `<type>.bin` (random but valid raw
+For each of the 13 tensor types TensorFold reads, writes `<type>.blocks` (random but valid raw
 blocks: random quant bits, small finite f16 scales) and `<type>.f32` (the values gguf-py's
 reference `gguf.quants.dequantize` produces for them, little-endian f32). The Rust test
 `dequant_fixtures` checks that tf-weights' dequantize matches them bit for bit.
@@ -86,7 +86,7 @@ def main() -> None:
         assert np.all(np.isfinite(values)), stem
         block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
         assert raw.size == n_blocks * block_bytes and values.size == n_blocks * block_elems, stem
-        (OUT / f"{stem}.bin").write_bytes(raw.tobytes())
+        (OUT / f"{stem}.blocks").write_bytes(raw.tobytes())
         (OUT / f"{stem}.f32").write_bytes(values.astype("<f4").tobytes())
         print(f"{stem}: {raw.size} bytes -> {values.size} values, max |x| {np.abs(values).max():.4g}")
 

@@ -19,7 +19,7 @@ fn stem(dtype: DType) -> String {
 #[test]
 fn every_type_matches_gguf_py_bit_for_bit() {
     for dtype in DType::ALL {
-        let raw = fixture(&format!("{}.bin", stem(dtype)));
+        let raw = fixture(&format!("{}.blocks", stem(dtype)));
         let expected: Vec<f32> = fixture(&format!("{}.f32", stem(dtype)))
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
