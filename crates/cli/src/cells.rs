@@ -62,6 +62,11 @@ impl Cell {
     fn sampled(self) -> bool {
         matches!(self, Cell::CodeSampled | Cell::ChatSampled)
     }
+
+    /// Chat cells go through the chat template (which carries its own BOS where it wants one).
+    fn chat(self) -> bool {
+        matches!(self, Cell::ChatSampled | Cell::ChatGreedy | Cell::Edit)
+    }
 }
 
 struct Timed {
@@ -122,17 +127,11 @@ fn prompt_ids(cell: Cell, i: usize, tok: &Tokenizer, template: &ChatTemplate) ->
         }
     };
     let mut ids = Vec::new();
-    if tok.add_bos() && cell != Cell::Edit && !cell.chat() {
+    if tok.add_bos() && !cell.chat() {
         ids.extend(tok.bos_id());
     }
     ids.extend(tok.encode(&text, true)?);
     Ok(ids)
-}
-
-impl Cell {
-    fn chat(self) -> bool {
-        matches!(self, Cell::ChatSampled | Cell::ChatGreedy | Cell::Edit)
-    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
