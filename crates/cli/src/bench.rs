@@ -5,6 +5,12 @@
 //! tokens one row per forward, each the greedy choice of the previous row. Every test runs once
 //! to warm up (page faults of the mmapped weights, worker wake-up), then `--reps` times; the
 //! table shows the median.
+//!
+//! The default mode measures the engine cells in-process (`cells.rs`); `--url` measures the same
+//! cells on an OpenAI-compatible server over HTTP (`bench/url.rs`).
+
+mod sse;
+mod url;
 
 use std::time::Instant;
 
@@ -61,6 +67,16 @@ pub struct BenchArgs {
     /// Serve every request serially (the engine's --no-drafts).
     #[arg(long)]
     pub no_drafts: bool,
+    /// Measure the engine cells on an OpenAI-compatible server at URL (streamed over HTTP)
+    /// instead of in-process.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "raw", "draft", "no_drafts"])]
+    pub url: Option<String>,
+    /// With --url: the requests' `model` (default: the first id of GET URL/v1/models).
+    #[arg(long = "model", value_name = "NAME", requires = "url")]
+    pub served_model: Option<String>,
+    /// With --url: sent as `Authorization: Bearer KEY`.
+    #[arg(long, value_name = "KEY", requires = "url")]
+    pub api_key: Option<String>,
 }
 
 /// One benchmark's measurements, in tokens per second.
@@ -71,14 +87,7 @@ struct Measured {
 
 impl Measured {
     fn median(&self) -> f64 {
-        let mut v = self.runs.clone();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        }
+        crate::cells::median(&mut self.runs.clone())
     }
 }
 
@@ -146,6 +155,9 @@ fn measure(reps: u32, mut f: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
 }
 
 pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
+    if let Some(url) = &args.url {
+        return url::run(args, url);
+    }
     if !args.raw {
         return crate::cells::run(args, global);
     }

@@ -66,18 +66,9 @@ impl<'t> Conversation<'t> {
             .template
             .render(&self.messages, None, true, &Map::new())
             .context("cannot render the chat template")?;
-        let mut tokens = self
-            .tokenizer
-            .encode(&text, true)
-            .context("cannot tokenize the chat prompt")?;
-        if self.tokenizer.add_bos() {
-            if let Some(bos) = self.tokenizer.bos_id() {
-                if tokens.first() != Some(&bos) {
-                    tokens.insert(0, bos);
-                }
-            }
-        }
-        Ok(tokens)
+        self.tokenizer
+            .encode_chat(&text)
+            .context("cannot tokenize the chat prompt")
     }
 }
 

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
 use tf_engine::{Engine, EngineConfig, ModelRunner};
-use tf_models::Model;
+use tf_models::{Model, ModelConfig};
 use tf_text::Tokenizer;
 
 use crate::load;
@@ -15,10 +15,19 @@ use crate::GlobalArgs;
 
 pub struct Lanes {
     pub engine: Engine,
+    pub target: Arc<Model>,
+    pub plan: KvPlan,
     pub tokenizer: Tokenizer,
     pub draft: Option<Arc<Model>>,
     /// Measured forward seconds per row count.
     pub calibration: Vec<(usize, f64)>,
+}
+
+/// KV cache positions in the pool, and the longest sequence (prompt + reply) accepted.
+#[derive(Clone, Copy, Debug)]
+pub struct KvPlan {
+    pub kv_positions: usize,
+    pub context: usize,
 }
 
 /// `draft`: `None` = the catalogue's draft for the target (if any), `Some("none")` = no draft
@@ -26,14 +35,15 @@ pub struct Lanes {
 pub fn build(
     target_spec: &str,
     draft: Option<&str>,
-    kv_positions: usize,
-    context: usize,
+    sizes: impl FnOnce(&ModelConfig) -> Result<KvPlan>,
     config: EngineConfig,
     global: &GlobalArgs,
 ) -> Result<Lanes> {
     let path = load::resolve(target_spec, global)?;
     let loaded = load::load(&path)?;
     let target = Arc::new(loaded.model);
+    let plan = sizes(&target.config)?;
+    let (kv_positions, context) = (plan.kv_positions, plan.context);
     let pool = Arc::new(load::thread_pool(global));
     let draft_spec = match draft {
         Some("none") => None,
@@ -66,6 +76,8 @@ pub fn build(
     let calibration = engine.calibrate().context("measuring the forward cost")?;
     Ok(Lanes {
         engine,
+        target,
+        plan,
         tokenizer: loaded.tokenizer,
         draft: draft_model,
         calibration,

@@ -15,6 +15,7 @@ mod prompts;
 mod pull;
 mod run;
 mod sample;
+mod serve;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -77,6 +78,9 @@ enum Command {
     Models,
     /// Download a model into the cache (if needed) and print its path.
     Pull(pull::PullArgs),
+    /// Serve the model over HTTP: OpenAI chat/completions/responses (SSE and WebSocket) and
+    /// Anthropic messages.
+    Serve(serve::ServeArgs),
     /// Measure the drafting engine on the code/chat/edit cells (drafted vs serial, exactness
     /// checked), or raw prefill/decode speed with --raw.
     Bench(bench::BenchArgs),
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Models => models::run(&cli.global),
         Command::Pull(args) => pull::run(args, &cli.global),
         Command::Bench(args) => bench::run(args, &cli.global),
+        Command::Serve(args) => serve::run(args, &cli.global),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

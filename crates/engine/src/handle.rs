@@ -81,6 +81,15 @@ impl EngineHandle {
     }
 }
 
+impl EngineHandle {
+    /// Like [`stats`](Self::stats), for async callers.
+    pub async fn stats_async(&self) -> Option<EngineStats> {
+        let (rtx, rrx) = oneshot::channel();
+        self.tx.send(Command::Stats(rtx)).ok()?;
+        rrx.await.ok()
+    }
+}
+
 fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
     loop {
         // Idle: block for the next command; busy: take what has arrived and keep stepping.

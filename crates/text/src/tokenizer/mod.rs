@@ -264,6 +264,20 @@ impl Tokenizer {
         }
     }
 
+    /// A rendered chat prompt as ids: special tokens parsed, and BOS put in front when the model
+    /// wants one and the template did not write it.
+    pub fn encode_chat(&self, text: &str) -> Result<Vec<TokenId>> {
+        let mut tokens = self.encode(text, true)?;
+        if self.add_bos() {
+            if let Some(bos) = self.bos_id() {
+                if tokens.first() != Some(&bos) {
+                    tokens.insert(0, bos);
+                }
+            }
+        }
+        Ok(tokens)
+    }
+
     /// The text of `ids`: each token's bytes concatenated, invalid UTF-8 replaced by U+FFFD.
     /// `skip_special` drops control tokens (user-defined ones such as `<tool_call>` stay).
     /// No leading space is stripped (SentencePiece's `▁` prefix shows as a space), exactly as

@@ -1,0 +1,263 @@
+//! `tensorfold serve`: the OpenAI/Anthropic-compatible HTTP server.
+//!
+//! The socket is bound first, so that `/health` answers 503 while the model loads and the
+//! engine measures its forward cost; then the engine thread starts and the server is ready.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use tf_engine::{EngineConfig, EngineHandle};
+use tf_kernels::kv::KvCache;
+use tf_server::{AppState, Backend, SamplingDefaults, ServerConfig};
+use tf_text::ChatTemplate;
+
+use crate::lanes::{self, KvPlan};
+use crate::load::{self, gib};
+use crate::GlobalArgs;
+
+/// Context when `--context` is not given: the model's trained context, at most this.
+const DEFAULT_CONTEXT: usize = 32768;
+/// Concurrent requests with `--parallel auto`.
+const AUTO_PARALLEL: usize = 4;
+/// KV positions per extra concurrent slot (beyond one whole context).
+const SLOT_POSITIONS: usize = 8192;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Model: a catalogue name, a GGUF file, a Hugging Face model directory, or
+    /// owner/repo/file.gguf (default: the catalogue's default model).
+    #[arg(value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Draft model: a model spec, or `none` (default: the catalogue's draft for the model).
+    #[arg(long, value_name = "MODEL|none")]
+    pub draft: Option<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one; the URL is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Model id reported by /v1/models and in replies (default: the model's name).
+    #[arg(long, value_name = "ID")]
+    pub name: Option<String>,
+    /// Further model ids requests may use (repeatable).
+    #[arg(long, value_name = "ID")]
+    pub alias: Vec<String>,
+    /// Longest sequence (prompt + reply) in tokens (default: the model's trained context, at
+    /// most 32768).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
+    pub context: Option<u32>,
+    /// Cap on the reply length of requests that give no max_tokens (default: the room left in
+    /// the context).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: Option<u32>,
+    /// Default temperature for requests that give none (OpenAI's default: 1).
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f32>,
+    /// Default top-p.
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
+    /// Default top-k (0 = off).
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// Default min-p.
+    #[arg(long, value_name = "P")]
+    pub min_p: Option<f32>,
+    /// Serve every request serially (one token per forward pass): the exactness reference.
+    #[arg(long)]
+    pub no_drafts: bool,
+    /// Requests decoded at once: a number, or `auto`.
+    #[arg(long, value_name = "N|auto", default_value = "auto")]
+    pub parallel: String,
+    /// Require this API key (`Authorization: Bearer KEY` or `x-api-key: KEY`).
+    #[arg(long, value_name = "KEY", conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// Read the API key from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+}
+
+fn parallel(arg: &str) -> Result<usize> {
+    if arg == "auto" {
+        return Ok(AUTO_PARALLEL);
+    }
+    match arg.parse::<usize>() {
+        Ok(n) if (1..=256).contains(&n) => Ok(n),
+        _ => bail!("--parallel must be a number from 1 to 256 or `auto`, got '{arg}'"),
+    }
+}
+
+fn api_key(args: &ServeArgs) -> Result<Option<String>> {
+    let key = match (&args.api_key, &args.api_key_file) {
+        (Some(k), _) => k.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --api-key-file {}", path.display()))?
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        (None, None) => return Ok(None),
+    };
+    if key.is_empty() {
+        bail!("the API key is empty (--api-key / --api-key-file)");
+    }
+    Ok(Some(key))
+}
+
+fn check_sampling(args: &ServeArgs) -> Result<SamplingDefaults> {
+    let check = |name: &str, v: Option<f32>, lo: f32, hi: f32, open_lo: bool| -> Result<()> {
+        if let Some(x) = v {
+            let ok = if open_lo {
+                x > lo && x <= hi
+            } else {
+                x >= lo && x <= hi
+            };
+            if !ok {
+                bail!(
+                    "--{name} must be in {}{lo}, {hi}], got {x}",
+                    if open_lo { "(" } else { "[" }
+                );
+            }
+        }
+        Ok(())
+    };
+    check("temperature", args.temperature, 0.0, 2.0, false)?;
+    check("top-p", args.top_p, 0.0, 1.0, true)?;
+    check("min-p", args.min_p, 0.0, 1.0, false)?;
+    Ok(SamplingDefaults {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+    })
+}
+
+pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
+    let spec = load::spec_or_default(args.model.as_deref()).to_string();
+    let parallel = parallel(&args.parallel)?;
+    let key = api_key(args)?;
+    let defaults = check_sampling(args)?;
+    let model_id = args.name.clone().unwrap_or_else(|| model_name(&spec));
+    let mut config = ServerConfig::new(model_id.clone());
+    config.aliases = args.alias.clone();
+    config.max_tokens = args.max_tokens.map(|n| n as usize);
+    config.defaults = defaults;
+    config.api_key = key;
+    let state = AppState::new(config);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(&addr))
+        .with_context(|| format!("cannot listen on {addr} (--host/--port)"))?;
+    let bound: SocketAddr = listener.local_addr()?;
+    if !bound.ip().is_loopback() && state.config.api_key.is_none() {
+        eprintln!(
+            "warning: listening on {bound} beyond loopback without an API key: anyone who can \
+             reach this address can use the server (set --api-key or --api-key-file)"
+        );
+    }
+    let server = runtime.spawn(tf_server::serve(listener, state.clone()));
+    eprintln!(
+        "TensorFold loading {spec} (listening on http://{bound}, /health is 503 until ready)"
+    );
+
+    let requested_context = args.context.map(|c| c as usize);
+    let engine_config = EngineConfig {
+        drafts: !args.no_drafts,
+        max_running: parallel,
+        ..EngineConfig::default()
+    };
+    let lanes = lanes::build(
+        &spec,
+        args.draft.as_deref(),
+        |cfg| {
+            let context = match requested_context {
+                Some(c) if c > cfg.context_len => bail!(
+                    "--context {c} is longer than the {} positions {spec} was trained for",
+                    cfg.context_len
+                ),
+                Some(c) => c,
+                None => cfg.context_len.min(DEFAULT_CONTEXT),
+            };
+            let kv_positions = context.max(parallel * context.min(SLOT_POSITIONS));
+            Ok(KvPlan {
+                kv_positions,
+                context,
+            })
+        },
+        engine_config,
+        global,
+    )?;
+    let tokenizer = lanes.tokenizer;
+    let template = match tokenizer.chat_template() {
+        Some(source) => Some(
+            ChatTemplate::new(
+                source,
+                tokenizer.bos_token_text(),
+                tokenizer.eos_token_text(),
+            )
+            .context("cannot compile the model's chat template")?,
+        ),
+        None => None,
+    };
+    let tool_format = tf_server::tool_format_of(tokenizer.chat_template().unwrap_or(""));
+    let total_blocks = lanes.engine.free_blocks();
+    let (engine, _join) = EngineHandle::spawn(lanes.engine);
+    let cfg = &lanes.target.config;
+    let kv_bytes = KvCache::bytes_per_position(cfg.n_layers, cfg.kv_dim()) as u64
+        * lanes.plan.kv_positions as u64;
+    let weights = lanes.target.weight_bytes() as u64
+        + lanes.draft.as_ref().map_or(0, |d| d.weight_bytes() as u64);
+    eprintln!("model      {model_id} ({})", lanes.target.path().display());
+    match (&lanes.draft, args.no_drafts) {
+        (_, true) => eprintln!("drafts     off (--no-drafts: every request is served serially)"),
+        (Some(d), false) => eprintln!(
+            "drafts     on: context copies + draft model {}",
+            d.path().display()
+        ),
+        (None, false) => eprintln!("drafts     on: context copies"),
+    }
+    eprintln!(
+        "context    {} tokens per request; {} requests at once",
+        lanes.plan.context, parallel
+    );
+    eprintln!(
+        "memory     weights {:.2} GiB + KV cache {:.2} GiB ({} positions)",
+        gib(weights),
+        gib(kv_bytes),
+        lanes.plan.kv_positions
+    );
+    state.set_backend(Backend {
+        engine,
+        tokenizer,
+        template,
+        context: lanes.plan.context,
+        total_blocks,
+        tool_format,
+        drafts: !args.no_drafts,
+    });
+    eprintln!("TensorFold ready: listening on http://{bound} (OpenAI API at http://{bound}/v1)");
+    let result = runtime.block_on(server);
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(anyhow!(e).context("the HTTP server failed")),
+        Err(e) => Err(anyhow!(e).context("the HTTP server task failed")),
+    }
+}
+
+/// A model's id from its spec: the catalogue name, or the file name without `.gguf`.
+fn model_name(spec: &str) -> String {
+    if let Some(entry) = tf_fetch::find(spec) {
+        return entry.name.to_string();
+    }
+    let base = spec.rsplit(['/', '\\']).next().unwrap_or(spec);
+    base.strip_suffix(".gguf").unwrap_or(base).to_string()
+}

@@ -1,0 +1,268 @@
+//! One request's run on the engine, as the HTTP side sees it: token ids in, text pieces out
+//! (stop strings removed), then an [`Outcome`] with the receipt.
+//!
+//! Dropping a [`Generation`] before its end cancels the request (the engine frees its blocks
+//! within one step) and counts a client disconnection.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tf_core::{SeqId, TokenId};
+use tf_engine::{
+    token_sha, EngineError, Event, EventStream, FinishReason, Receipt, Request, SamplingParams,
+};
+use tf_text::StreamDecoder;
+
+use crate::error::{ApiError, ApiResult};
+use crate::output::stop::{StopMatcher, StopScan};
+use crate::state::{Backend, SharedState};
+
+/// What a request asks the engine for, validated.
+#[derive(Clone, Debug)]
+pub struct GenRequest {
+    pub prompt: Vec<TokenId>,
+    pub params: SamplingParams,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    pub draft: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The model ended its turn.
+    Stop,
+    /// A stop string matched (it is not part of the text).
+    StopString(String),
+    Length,
+    Error(String),
+}
+
+/// How a finished request went.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub finish: Finish,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    /// Reply tokens up to the end of the reply (the end-of-turn token included, and, for a stop
+    /// string, up to the token that completed it).
+    pub tokens: Vec<TokenId>,
+    pub token_sha: String,
+    pub receipt: Receipt,
+    pub e2e_secs: f64,
+}
+
+pub enum Step {
+    Text(String),
+    Done(Box<Outcome>),
+}
+
+pub struct Generation {
+    state: SharedState,
+    backend: Arc<Backend>,
+    id: SeqId,
+    events: EventStream,
+    prompt_tokens: usize,
+    decoder: StreamDecoder,
+    stop: StopMatcher,
+    stop_hit: Option<String>,
+    tokens: Vec<TokenId>,
+    error: Option<String>,
+    started: Instant,
+    pending_done: Option<Box<Outcome>>,
+    done: bool,
+}
+
+fn engine_error(e: EngineError) -> ApiError {
+    match e {
+        EngineError::ContextExceeded { .. } => {
+            ApiError::context_exceeded(e.to_string(), "max_tokens")
+        }
+        EngineError::InvalidRequest(m) => ApiError::bad_request(m),
+        EngineError::Stopped => ApiError::unavailable("the engine has stopped"),
+        EngineError::Model(m) => ApiError::internal(m.to_string()),
+    }
+}
+
+impl Generation {
+    pub async fn start(
+        state: SharedState,
+        backend: Arc<Backend>,
+        req: GenRequest,
+    ) -> ApiResult<Generation> {
+        let started = Instant::now();
+        let prompt_tokens = req.prompt.len();
+        let stop = StopMatcher::new(&req.stop);
+        let request = Request {
+            prompt: req.prompt,
+            params: req.params,
+            max_tokens: req.max_tokens,
+            stop_tokens: backend.tokenizer.eog_ids().to_vec(),
+            ignore_eos: req.ignore_eos,
+            draft: req.draft,
+        };
+        let (id, events) = backend
+            .engine
+            .submit_async(request)
+            .await
+            .map_err(engine_error)?;
+        Ok(Generation {
+            state,
+            backend,
+            id,
+            events,
+            prompt_tokens,
+            decoder: StreamDecoder::new(true),
+            stop,
+            stop_hit: None,
+            tokens: Vec::new(),
+            error: None,
+            started,
+            pending_done: None,
+            done: false,
+        })
+    }
+
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    /// The next piece of text (never empty), or the outcome; `None` after the outcome.
+    pub async fn next(&mut self) -> Option<Step> {
+        if let Some(done) = self.pending_done.take() {
+            return Some(Step::Done(done));
+        }
+        if self.done {
+            return None;
+        }
+        loop {
+            let event = self.events.recv().await;
+            match event {
+                Some(Event::Tokens(ids)) => {
+                    if let Some(text) = self.take_tokens(&ids) {
+                        return Some(Step::Text(text));
+                    }
+                }
+                Some(Event::Error(message)) => self.error = Some(message),
+                Some(Event::Done(receipt)) => return Some(self.finish(receipt)),
+                None => {
+                    self.error = Some("the engine stopped".into());
+                    let receipt = Receipt {
+                        token_sha: String::new(),
+                        prompt_tokens: self.prompt_tokens,
+                        completion_tokens: self.tokens.len(),
+                        finish: FinishReason::Error,
+                        min_rows: 0,
+                        rounds: 0,
+                        drafted: 0,
+                        accepted: 0,
+                        sources: Vec::new(),
+                        by_position: Vec::new(),
+                        prefill_secs: 0.0,
+                        decode_secs: 0.0,
+                        ttft_secs: 0.0,
+                        seed: 0,
+                    };
+                    return Some(self.finish(receipt));
+                }
+            }
+        }
+    }
+
+    /// Runs to the end; the whole text and the outcome.
+    pub async fn collect(mut self) -> (String, Outcome) {
+        let mut text = String::new();
+        while let Some(step) = self.next().await {
+            match step {
+                Step::Text(t) => text.push_str(&t),
+                Step::Done(outcome) => return (text, *outcome),
+            }
+        }
+        unreachable!("a generation always ends with its outcome")
+    }
+
+    fn take_tokens(&mut self, ids: &[TokenId]) -> Option<String> {
+        if self.stop_hit.is_some() {
+            // Tokens past a stop string (the rest of a drafted window) are not part of the reply.
+            return None;
+        }
+        let mut text = String::new();
+        for &id in ids {
+            self.tokens.push(id);
+            let piece = self.decoder.push(&self.backend.tokenizer, id);
+            match self.stop.push(&piece) {
+                StopScan::Emit(t) => text.push_str(&t),
+                StopScan::Matched { emit, stop } => {
+                    text.push_str(&emit);
+                    self.stop_hit = Some(stop);
+                    self.backend.engine.cancel(self.id);
+                    break;
+                }
+            }
+        }
+        (!text.is_empty()).then_some(text)
+    }
+
+    fn finish(&mut self, receipt: Receipt) -> Step {
+        self.done = true;
+        let mut tail = String::new();
+        if self.stop_hit.is_none() {
+            let rest = self.decoder.finish();
+            match self.stop.push(&rest) {
+                StopScan::Emit(t) => {
+                    tail.push_str(&t);
+                    tail.push_str(&self.stop.flush());
+                }
+                StopScan::Matched { emit, stop } => {
+                    tail.push_str(&emit);
+                    self.stop_hit = Some(stop);
+                }
+            }
+        }
+        let finish = if let Some(stop) = self.stop_hit.clone() {
+            Finish::StopString(stop)
+        } else if let Some(message) = self.error.clone() {
+            Finish::Error(message)
+        } else {
+            match receipt.finish {
+                FinishReason::Stop => Finish::Stop,
+                FinishReason::Length => Finish::Length,
+                FinishReason::Cancelled => Finish::Error("the request was cancelled".into()),
+                FinishReason::Error => Finish::Error("the engine failed".into()),
+            }
+        };
+        let e2e_secs = self.started.elapsed().as_secs_f64();
+        let metrics = &self.state.metrics;
+        match finish {
+            Finish::Error(_) => {
+                metrics.failed();
+                metrics.account(&receipt, self.tokens.len());
+            }
+            _ => metrics.finished(&receipt, self.tokens.len(), e2e_secs),
+        }
+        let outcome = Box::new(Outcome {
+            finish,
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: 0,
+            token_sha: token_sha(&self.tokens),
+            tokens: std::mem::take(&mut self.tokens),
+            receipt,
+            e2e_secs,
+        });
+        if tail.is_empty() {
+            Step::Done(outcome)
+        } else {
+            self.pending_done = Some(outcome);
+            Step::Text(tail)
+        }
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        if !self.done {
+            self.backend.engine.cancel(self.id);
+            self.state.metrics.disconnected();
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Conversations in, prompt token ids out: OpenAI chat messages and tools are checked and put
+//! in the shape Hugging Face chat templates expect (what `apply_chat_template` receives), then
+//! rendered with the model's own template.
+
+use serde_json::{json, Map, Value};
+use tf_core::TokenId;
+
+use crate::error::{ApiError, ApiResult};
+use crate::output::ReplyParser;
+use crate::state::{Backend, ToolFormat};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    None,
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// A conversation ready to render.
+#[derive(Clone, Debug, Default)]
+pub struct ChatPrompt {
+    /// Template-shaped messages (see [`Conversation`]).
+    pub messages: Vec<Value>,
+    /// Template-shaped tools (`{"type": "function", "function": {..}}`).
+    pub tools: Vec<Value>,
+    pub tool_choice: Option<ToolChoice>,
+    /// Extra template variables (`enable_thinking`, `reasoning_effort`, ...).
+    pub kwargs: Map<String, Value>,
+}
+
+/// The rendered prompt and how to read the reply.
+pub struct Rendered {
+    pub tokens: Vec<TokenId>,
+    /// The prompt ends inside an open `<think>` block.
+    pub in_think: bool,
+    /// Tool calls to parse out of the reply, in this format.
+    pub tools: Option<ToolFormat>,
+    /// Text put after the generation prompt to start the reply: the opening of a tool call
+    /// when `tool_choice` requires one (the reply parser reads it first).
+    pub prefill: String,
+}
+
+impl Rendered {
+    /// The reply parser, already past the prefill.
+    pub fn parser(&self, call_prefix: String) -> ReplyParser {
+        let mut parser = ReplyParser::new(self.in_think, self.tools, call_prefix);
+        if !self.prefill.is_empty() {
+            let _ = parser.push(&self.prefill);
+        }
+        parser
+    }
+}
+
+/// The start of a reply that must call a tool (`tool_choice` required or named).
+fn tool_prefill(format: ToolFormat, choice: Option<&ToolChoice>) -> String {
+    let named = |n: &str| serde_json::to_string(n).unwrap_or_default();
+    match (format, choice) {
+        (ToolFormat::Tagged, Some(ToolChoice::Required)) => "<tool_call>\n{\"name\": \"".into(),
+        (ToolFormat::Tagged, Some(ToolChoice::Named(n))) => {
+            format!("<tool_call>\n{{\"name\": {}, \"arguments\": ", named(n))
+        }
+        (ToolFormat::BareJson, Some(ToolChoice::Required)) => "{\"name\": \"".into(),
+        (ToolFormat::BareJson, Some(ToolChoice::Named(n))) => {
+            format!("{{\"name\": {}, \"parameters\": ", named(n))
+        }
+        _ => String::new(),
+    }
+}
+
+/// Builds template-shaped messages one at a time; leading system/developer messages are merged
+/// into one system message, as instructions.
+#[derive(Default)]
+pub struct Conversation {
+    pub messages: Vec<Value>,
+    leading_system: Vec<String>,
+}
+
+impl Conversation {
+    pub fn system(&mut self, text: String) {
+        if self.messages.is_empty() {
+            self.leading_system.push(text);
+        } else {
+            self.messages
+                .push(json!({"role": "system", "content": text}));
+        }
+    }
+
+    pub fn user(&mut self, text: String) {
+        self.flush_system();
+        self.messages.push(json!({"role": "user", "content": text}));
+    }
+
+    /// An assistant turn; `tool_calls` are `(id, name, arguments as JSON)`.
+    pub fn assistant(
+        &mut self,
+        content: Option<String>,
+        reasoning: Option<String>,
+        tool_calls: Vec<(String, String, Value)>,
+    ) {
+        self.flush_system();
+        // Consecutive assistant items (Responses API: a message, then function calls) are one turn.
+        if let Some(last) = self.messages.last_mut() {
+            if last["role"] == "assistant" && content.is_none() && !tool_calls.is_empty() {
+                let calls = last
+                    .as_object_mut()
+                    .unwrap()
+                    .entry("tool_calls")
+                    .or_insert_with(|| json!([]));
+                if let Some(a) = calls.as_array_mut() {
+                    a.extend(tool_calls.into_iter().map(call_json));
+                }
+                return;
+            }
+        }
+        let mut m = Map::new();
+        m.insert("role".into(), json!("assistant"));
+        m.insert("content".into(), content.map_or(Value::Null, Value::String));
+        if let Some(r) = reasoning {
+            m.insert("reasoning_content".into(), json!(r));
+        }
+        if !tool_calls.is_empty() {
+            m.insert(
+                "tool_calls".into(),
+                Value::Array(tool_calls.into_iter().map(call_json).collect()),
+            );
+        }
+        self.messages.push(Value::Object(m));
+    }
+
+    pub fn tool_result(&mut self, call_id: Option<String>, name: Option<String>, text: String) {
+        self.flush_system();
+        let mut m = Map::new();
+        m.insert("role".into(), json!("tool"));
+        m.insert("content".into(), json!(text));
+        if let Some(id) = call_id {
+            m.insert("tool_call_id".into(), json!(id));
+        }
+        if let Some(n) = name {
+            m.insert("name".into(), json!(n));
+        }
+        self.messages.push(Value::Object(m));
+    }
+
+    /// Appends template-shaped messages (a stored conversation).
+    pub fn extend(&mut self, messages: Vec<Value>) {
+        for m in messages {
+            if m["role"] == "system" && self.messages.is_empty() {
+                self.leading_system
+                    .push(m["content"].as_str().unwrap_or("").to_string());
+            } else {
+                self.flush_system();
+                self.messages.push(m);
+            }
+        }
+    }
+
+    fn flush_system(&mut self) {
+        if !self.leading_system.is_empty() && self.messages.is_empty() {
+            let text = std::mem::take(&mut self.leading_system).join("\n\n");
+            self.messages
+                .push(json!({"role": "system", "content": text}));
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<Value> {
+        self.flush_system();
+        self.messages
+    }
+}
+
+fn call_json((id, name, arguments): (String, String, Value)) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+}
+
+/// Tool call arguments as JSON: templates render them with `tojson`, so a JSON text from the
+/// client becomes the value it stands for.
+pub fn arguments_value(text: &str, param: &str) -> ApiResult<Value> {
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_str(text).map_err(|e| {
+        ApiError::invalid(
+            param,
+            format!("'{param}' must be a JSON text of the call's arguments: {e}"),
+        )
+    })
+}
+
+/// Text of a content field: a string, or a list of text parts (`{"type": "text", "text"}`,
+/// also `input_text`/`output_text` for the Responses API).
+pub fn content_text(content: Option<&Value>, param: &str) -> ApiResult<Option<String>> {
+    match content {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (i, part) in parts.iter().enumerate() {
+                let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+                match (kind, part.get("text")) {
+                    ("text" | "input_text" | "output_text", Some(Value::String(t))) => {
+                        text.push_str(t)
+                    }
+                    ("text" | "input_text" | "output_text", _) => {
+                        return Err(ApiError::invalid(
+                            &format!("{param}[{i}].text"),
+                            "a text part needs a 'text' string",
+                        ))
+                    }
+                    _ => {
+                        return Err(ApiError::invalid(
+                            &format!("{param}[{i}].type"),
+                            format!("only text content is supported, got a part of type '{kind}'"),
+                        ))
+                    }
+                }
+            }
+            Ok(Some(text))
+        }
+        Some(_) => Err(ApiError::invalid(
+            param,
+            format!("'{param}' must be a string or a list of content parts"),
+        )),
+    }
+}
+
+/// One tool in template shape. `function` holds `name`, `description`, `parameters` (a null
+/// or missing schema becomes an empty object schema).
+pub fn tool_json(name: &str, description: Option<&Value>, parameters: Option<&Value>) -> Value {
+    let mut function = Map::new();
+    function.insert("name".into(), json!(name));
+    if let Some(d) = description.filter(|d| !d.is_null()) {
+        function.insert("description".into(), d.clone());
+    }
+    let params = match parameters {
+        Some(p) if !p.is_null() => p.clone(),
+        _ => json!({"type": "object", "properties": {}}),
+    };
+    function.insert("parameters".into(), params);
+    json!({"type": "function", "function": Value::Object(function)})
+}
+
+/// `tool_choice` in OpenAI's forms: "none" | "auto" | "required" | {"type": "function",
+/// "function": {"name"}} (also the Responses API's flat {"type": "function", "name"}).
+pub fn tool_choice(value: Option<&Value>) -> ApiResult<Option<ToolChoice>> {
+    let bad = || {
+        ApiError::invalid(
+            "tool_choice",
+            "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+        )
+    };
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Ok(Some(ToolChoice::None)),
+            "auto" => Ok(Some(ToolChoice::Auto)),
+            "required" | "any" => Ok(Some(ToolChoice::Required)),
+            _ => Err(bad()),
+        },
+        Some(Value::Object(o)) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .or_else(|| o.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(bad)?;
+            Ok(Some(ToolChoice::Named(name.to_string())))
+        }
+        Some(_) => Err(bad()),
+    }
+}
+
+fn tool_name(tool: &Value) -> Option<&str> {
+    tool.get("function")?.get("name")?.as_str()
+}
+
+/// Renders `chat` with the model's template and tokenizes it.
+pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
+    let template = backend.template.as_ref().ok_or_else(|| {
+        ApiError::bad_request(
+            "this model has no chat template: use /v1/completions with a raw prompt",
+        )
+    })?;
+    if chat.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "the conversation has no messages",
+        ));
+    }
+    let mut tools: Vec<Value> = chat.tools.clone();
+    match &chat.tool_choice {
+        Some(ToolChoice::None) => tools.clear(),
+        Some(ToolChoice::Named(name)) => {
+            tools.retain(|t| tool_name(t) == Some(name.as_str()));
+            if tools.is_empty() {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!("'tool_choice' names the function '{name}', which is not in 'tools'"),
+                ));
+            }
+        }
+        Some(ToolChoice::Required) if tools.is_empty() => {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "'tool_choice' is \"required\" but no tools were given",
+            ))
+        }
+        _ => {}
+    }
+    let mut text = template
+        .render(
+            &chat.messages,
+            (!tools.is_empty()).then_some(tools.as_slice()),
+            true,
+            &chat.kwargs,
+        )
+        .map_err(|e| {
+            ApiError::bad_request(format!("the chat template rejected the conversation: {e}"))
+        })?;
+    let in_think = text.trim_end().ends_with("<think>");
+    let prefill = if tools.is_empty() || in_think {
+        String::new()
+    } else {
+        // "required" with a single tool can only mean that tool.
+        let choice = match (&chat.tool_choice, tools.as_slice()) {
+            (Some(ToolChoice::Required), [only]) => tool_name(only)
+                .map(|n| ToolChoice::Named(n.to_string()))
+                .or(chat.tool_choice.clone()),
+            (choice, _) => choice.clone(),
+        };
+        tool_prefill(backend.tool_format, choice.as_ref())
+    };
+    text.push_str(&prefill);
+    let tokens = backend
+        .tokenizer
+        .encode_chat(&text)
+        .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))?;
+    Ok(Rendered {
+        tokens,
+        in_think,
+        tools: (!tools.is_empty()).then_some(backend.tool_format),
+        prefill,
+    })
+}

@@ -1,0 +1,448 @@
+//! `POST /v1/chat/completions`, JSON and SSE.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream, StreamExt};
+use serde_json::{json, Map, Value};
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::JsonBody;
+use crate::fields::Fields;
+use crate::generate::{Finish, GenRequest, Generation, Outcome, Step};
+use crate::output::{Delta, ReplyParser, ToolCall};
+use crate::params::{self, GenFields};
+use crate::prompt::{self, ChatPrompt, Conversation, Rendered};
+use crate::routes::common::{self, data, done_marker, SYSTEM_FINGERPRINT};
+use crate::state::{Backend, SharedState};
+
+/// A parsed chat request.
+pub struct ChatRequest {
+    pub chat: ChatPrompt,
+    pub gen: GenFields,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub parallel_tool_calls: bool,
+}
+
+fn messages(list: &[Value]) -> ApiResult<Vec<Value>> {
+    let mut conv = Conversation::default();
+    for (i, m) in list.iter().enumerate() {
+        let at = |k: &str| format!("messages[{i}].{k}");
+        let obj = m.as_object().ok_or_else(|| {
+            ApiError::invalid(&format!("messages[{i}]"), "each message must be an object")
+        })?;
+        let f = Fields::new(m)?;
+        let role = f
+            .str("role")
+            .map_err(|_| ApiError::invalid(&at("role"), "'role' must be a string"))?
+            .ok_or_else(|| ApiError::invalid(&at("role"), "every message needs a 'role'"))?;
+        let content = prompt::content_text(obj.get("content"), &at("content"))?;
+        match role {
+            "system" | "developer" => conv.system(content.unwrap_or_default()),
+            "user" => conv.user(content.ok_or_else(|| {
+                ApiError::invalid(&at("content"), "a user message needs 'content'")
+            })?),
+            "assistant" => {
+                let reasoning = match obj.get("reasoning_content").or(obj.get("reasoning")) {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    None | Some(Value::Null) => None,
+                    Some(_) => {
+                        return Err(ApiError::invalid(
+                            &at("reasoning_content"),
+                            "'reasoning_content' must be a string",
+                        ))
+                    }
+                };
+                let mut calls = Vec::new();
+                for (j, c) in f.array("tool_calls")?.into_iter().flatten().enumerate() {
+                    let p = format!("messages[{i}].tool_calls[{j}]");
+                    let func = c.get("function").ok_or_else(|| {
+                        ApiError::invalid(&p, "a tool call needs a 'function' object")
+                    })?;
+                    let name = func.get("name").and_then(Value::as_str).ok_or_else(|| {
+                        ApiError::invalid(&format!("{p}.function.name"), "missing function name")
+                    })?;
+                    let args = match func.get("arguments") {
+                        Some(Value::String(s)) => {
+                            prompt::arguments_value(s, &format!("{p}.function.arguments"))?
+                        }
+                        Some(v @ Value::Object(_)) => v.clone(),
+                        _ => json!({}),
+                    };
+                    let id = c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    calls.push((id, name.to_string(), args));
+                }
+                if content.is_none() && calls.is_empty() {
+                    conv.assistant(Some(String::new()), reasoning, calls);
+                } else {
+                    conv.assistant(content, reasoning, calls);
+                }
+            }
+            "tool" | "function" => conv.tool_result(
+                f.str("tool_call_id")?.map(str::to_string),
+                f.str("name")?.map(str::to_string),
+                content.unwrap_or_default(),
+            ),
+            other => {
+                return Err(ApiError::invalid(
+                    &at("role"),
+                    format!("unknown role '{other}' (system, developer, user, assistant, tool)"),
+                ))
+            }
+        }
+    }
+    Ok(conv.finish())
+}
+
+/// `tools` in the chat form: `[{"type": "function", "function": {name, description, parameters}}]`.
+pub fn chat_tools(f: &Fields) -> ApiResult<Vec<Value>> {
+    let mut tools = Vec::new();
+    for (i, t) in f.array("tools")?.into_iter().flatten().enumerate() {
+        let func = t.get("function").filter(|v| v.is_object()).ok_or_else(|| {
+            ApiError::invalid(
+                &format!("tools[{i}].function"),
+                "each tool needs a 'function' object",
+            )
+        })?;
+        let name = func.get("name").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::invalid(
+                &format!("tools[{i}].function.name"),
+                "each function needs a 'name'",
+            )
+        })?;
+        tools.push(prompt::tool_json(
+            name,
+            func.get("description"),
+            func.get("parameters"),
+        ));
+    }
+    Ok(tools)
+}
+
+/// `chat_template_kwargs` and `reasoning_effort` as template variables.
+pub fn template_kwargs(f: &Fields) -> ApiResult<Map<String, Value>> {
+    let mut kwargs = f.map("chat_template_kwargs")?.cloned().unwrap_or_default();
+    if let Some(effort) = f.str("reasoning_effort")? {
+        if !["none", "minimal", "low", "medium", "high"].contains(&effort) {
+            return Err(ApiError::invalid(
+                "reasoning_effort",
+                format!(
+                    "'reasoning_effort' must be none, minimal, low, medium or high, got '{effort}'"
+                ),
+            ));
+        }
+        kwargs
+            .entry("reasoning_effort")
+            .or_insert_with(|| json!(effort));
+        if effort == "none" {
+            kwargs
+                .entry("enable_thinking")
+                .or_insert_with(|| json!(false));
+        }
+    }
+    Ok(kwargs)
+}
+
+pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ChatRequest> {
+    let f = Fields::new(body)?;
+    state.check_model(f.str("model")?)?;
+    let list = f
+        .array("messages")?
+        .ok_or_else(|| ApiError::invalid("messages", "'messages' is required"))?;
+    if list.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "'messages' must not be empty",
+        ));
+    }
+    if f.bool("logprobs")? == Some(true) {
+        return Err(ApiError::invalid("logprobs", "'logprobs' is not supported"));
+    }
+    if let Some(format) = f.object("response_format")? {
+        let kind = format.str("type")?.unwrap_or("text");
+        if !["text", "json_object", "json_schema"].contains(&kind) {
+            return Err(ApiError::invalid(
+                "response_format.type",
+                format!("unknown response_format type '{kind}'"),
+            ));
+        }
+    }
+    let chat = ChatPrompt {
+        messages: messages(list)?,
+        tools: chat_tools(&f)?,
+        tool_choice: prompt::tool_choice(f.get("tool_choice"))?,
+        kwargs: template_kwargs(&f)?,
+    };
+    let gen = params::read(
+        &f,
+        &state.config.defaults,
+        &["max_completion_tokens", "max_tokens"],
+        "stop",
+    )?;
+    let include_usage = match f.object("stream_options")? {
+        Some(o) => o.bool("include_usage")?.unwrap_or(false),
+        None => false,
+    };
+    Ok(ChatRequest {
+        chat,
+        gen,
+        stream: f.bool("stream")?.unwrap_or(false),
+        include_usage,
+        parallel_tool_calls: f.bool("parallel_tool_calls")?.unwrap_or(true),
+    })
+}
+
+/// Renders the prompt and starts the request on the engine.
+pub async fn start(
+    state: &SharedState,
+    backend: &Arc<Backend>,
+    chat: &ChatPrompt,
+    gen: &GenFields,
+) -> ApiResult<(Generation, Rendered)> {
+    let rendered = prompt::render(backend, chat)?;
+    let max_tokens = params::reply_length(
+        rendered.tokens.len(),
+        gen.max_tokens.as_ref(),
+        backend.context,
+        state.config.max_tokens,
+    )?;
+    let request = GenRequest {
+        prompt: rendered.tokens.clone(),
+        params: gen.params,
+        max_tokens,
+        stop: gen.stop.clone(),
+        ignore_eos: gen.ignore_eos,
+        draft: gen.draft,
+    };
+    let generation = Generation::start(state.clone(), backend.clone(), request).await?;
+    Ok((generation, rendered))
+}
+
+pub async fn handle(State(state): State<SharedState>, JsonBody(body): JsonBody) -> Response {
+    match run(state, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
+    let req = parse(&state, &body)?;
+    let backend = state.backend()?;
+    let (generation, rendered) = start(&state, &backend, &req.chat, &req.gen).await?;
+    let parser = rendered.parser(common::new_id("call_"));
+    let id = common::new_id("chatcmpl-");
+    if req.stream {
+        let stream = ChatStream {
+            generation: Some(generation),
+            parser,
+            backend,
+            id,
+            created: common::now_secs(),
+            model: state.config.model_id.clone(),
+            include_usage: req.include_usage,
+            parallel: req.parallel_tool_calls,
+            calls: 0,
+            reasoning: String::new(),
+            started: false,
+        };
+        return Ok(Sse::new(stream.into_stream())
+            .keep_alive(KeepAlive::default())
+            .into_response());
+    }
+    let (text, outcome) = generation.collect().await;
+    if let Finish::Error(message) = &outcome.finish {
+        return Err(ApiError::internal(message.clone()));
+    }
+    let mut parser = parser;
+    let mut deltas = parser.push(&text);
+    deltas.extend(parser.finish());
+    let reply = Reply::from_deltas(deltas, req.parallel_tool_calls);
+    let reasoning_tokens = count_tokens(&backend, reply.reasoning.as_deref());
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    let content = if reply.tool_calls.is_empty() || !reply.content.trim().is_empty() {
+        json!(reply.content)
+    } else {
+        Value::Null
+    };
+    message.insert("content".into(), content);
+    if let Some(r) = &reply.reasoning {
+        message.insert("reasoning_content".into(), json!(r));
+    }
+    if !reply.tool_calls.is_empty() {
+        let calls: Vec<Value> = reply.tool_calls.iter().map(call_json).collect();
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    let body = json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": common::now_secs(),
+        "model": state.config.model_id,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": [{
+            "index": 0,
+            "message": Value::Object(message),
+            "logprobs": null,
+            "finish_reason": common::finish_reason(&outcome.finish, !reply.tool_calls.is_empty()),
+        }],
+        "usage": common::usage_json(&outcome, reasoning_tokens),
+        "tensorfold": common::receipt_json(&outcome),
+    });
+    Ok(Json(body).into_response())
+}
+
+/// A whole reply, split.
+#[derive(Default)]
+pub struct Reply {
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl Reply {
+    pub fn from_deltas(deltas: Vec<Delta>, parallel: bool) -> Reply {
+        let mut r = Reply::default();
+        for d in deltas {
+            match d {
+                Delta::Content(t) => r.content.push_str(&t),
+                Delta::Reasoning(t) => r.reasoning.get_or_insert_with(String::new).push_str(&t),
+                Delta::ToolCall(c) if parallel || r.tool_calls.is_empty() => r.tool_calls.push(c),
+                Delta::ToolCall(_) => {}
+            }
+        }
+        r
+    }
+}
+
+pub fn count_tokens(backend: &Backend, text: Option<&str>) -> usize {
+    text.map_or(0, |t| {
+        backend
+            .tokenizer
+            .encode(t, false)
+            .map_or(0, |ids| ids.len())
+    })
+}
+
+fn call_json(c: &ToolCall) -> Value {
+    json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+}
+
+struct ChatStream {
+    generation: Option<Generation>,
+    parser: ReplyParser,
+    backend: Arc<Backend>,
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    parallel: bool,
+    calls: usize,
+    reasoning: String,
+    started: bool,
+}
+
+impl ChatStream {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+    }
+
+    fn deltas(&mut self, deltas: Vec<Delta>) -> Vec<Event> {
+        let mut out = Vec::new();
+        for d in deltas {
+            let delta = match d {
+                Delta::Content(t) => json!({"content": t}),
+                Delta::Reasoning(t) => {
+                    self.reasoning.push_str(&t);
+                    json!({"reasoning_content": t})
+                }
+                Delta::ToolCall(c) => {
+                    if !self.parallel && self.calls > 0 {
+                        continue;
+                    }
+                    let index = self.calls;
+                    self.calls += 1;
+                    json!({"tool_calls": [{
+                        "index": index,
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }]})
+                }
+            };
+            out.push(data(&self.chunk(delta, None)));
+        }
+        out
+    }
+
+    fn end(&mut self, outcome: &Outcome) -> Vec<Event> {
+        if let Finish::Error(message) = &outcome.finish {
+            let error = ApiError::internal(message.clone());
+            return vec![data(&error.body()), done_marker()];
+        }
+        let mut last = self.chunk(
+            json!({}),
+            Some(common::finish_reason(&outcome.finish, self.calls > 0)),
+        );
+        last["tensorfold"] = common::receipt_json(outcome);
+        let mut out = vec![data(&last)];
+        if self.include_usage {
+            let reasoning_tokens = count_tokens(
+                &self.backend,
+                (!self.reasoning.is_empty()).then_some(self.reasoning.as_str()),
+            );
+            let mut usage = self.chunk(json!({}), None);
+            usage["choices"] = json!([]);
+            usage["usage"] = common::usage_json(outcome, reasoning_tokens);
+            out.push(data(&usage));
+        }
+        out.push(done_marker());
+        out
+    }
+
+    async fn advance(&mut self) -> Option<Vec<Event>> {
+        if !self.started {
+            self.started = true;
+            let first = self.chunk(json!({"role": "assistant", "content": ""}), None);
+            return Some(vec![data(&first)]);
+        }
+        let step = self.generation.as_mut()?.next().await;
+        match step {
+            Some(Step::Text(t)) => {
+                let deltas = self.parser.push(&t);
+                Some(self.deltas(deltas))
+            }
+            Some(Step::Done(outcome)) => {
+                self.generation = None;
+                let deltas = self.parser.finish();
+                let mut events = self.deltas(deltas);
+                events.extend(self.end(&outcome));
+                Some(events)
+            }
+            None => None,
+        }
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+        stream::unfold(self, |mut s| async move {
+            let events = s.advance().await?;
+            Some((events, s))
+        })
+        .flat_map(|events| stream::iter(events.into_iter().map(Ok)))
+    }
+}

@@ -1,0 +1,418 @@
+//! Anthropic Messages: `POST /v1/messages` (JSON or SSE with named events) and
+//! `POST /v1/messages/count_tokens`, with Anthropic's error envelope.
+
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, StreamExt};
+use serde_json::{json, Map, Value};
+
+use crate::error::{AnthropicError, ApiError, ApiResult};
+use crate::extract::JsonBody;
+use crate::fields::Fields;
+use crate::generate::{Finish, Generation, Outcome, Step};
+use crate::output::{Delta, ReplyParser};
+use crate::params::{self, GenFields};
+use crate::prompt::{self, ChatPrompt, Conversation, ToolChoice};
+use crate::routes::chat;
+use crate::routes::common::{self, named};
+use crate::state::SharedState;
+
+struct MessagesRequest {
+    chat: ChatPrompt,
+    gen: GenFields,
+    stream: bool,
+}
+
+fn text_blocks(v: Option<&Value>, param: &str) -> ApiResult<String> {
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(blocks)) => {
+            let mut text = String::new();
+            for (i, b) in blocks.iter().enumerate() {
+                match (b.get("type").and_then(Value::as_str), b.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => text.push_str(t),
+                    _ => {
+                        return Err(ApiError::invalid(
+                            &format!("{param}[{i}]"),
+                            "only text blocks are supported here",
+                        ))
+                    }
+                }
+            }
+            Ok(text)
+        }
+        Some(_) => Err(ApiError::invalid(
+            param,
+            format!("'{param}' must be a string or a list of text blocks"),
+        )),
+    }
+}
+
+fn user_turn(conv: &mut Conversation, content: &Value, at: &str) -> ApiResult<()> {
+    let Value::Array(blocks) = content else {
+        conv.user(text_blocks(Some(content), at)?);
+        return Ok(());
+    };
+    let mut text = String::new();
+    for (j, b) in blocks.iter().enumerate() {
+        let p = format!("{at}[{j}]");
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("tool_result") => {
+                let id = b
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                let out = text_blocks(b.get("content"), &format!("{p}.content"))?;
+                conv.tool_result(id, None, out);
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    &format!("{p}.type"),
+                    format!(
+                        "content blocks of type '{}' are not supported",
+                        other.unwrap_or("?")
+                    ),
+                ))
+            }
+        }
+    }
+    if !text.is_empty() {
+        conv.user(text);
+    }
+    Ok(())
+}
+
+fn assistant_turn(conv: &mut Conversation, content: &Value, at: &str) -> ApiResult<()> {
+    let Value::Array(blocks) = content else {
+        conv.assistant(Some(text_blocks(Some(content), at)?), None, Vec::new());
+        return Ok(());
+    };
+    let (mut text, mut reasoning, mut calls) = (None::<String>, None::<String>, Vec::new());
+    for (j, b) in blocks.iter().enumerate() {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => text
+                .get_or_insert_with(String::new)
+                .push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("thinking") => {
+                reasoning = b
+                    .get("thinking")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            }
+            Some("tool_use") => calls.push((
+                b.get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                b.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                b.get("input").cloned().unwrap_or(json!({})),
+            )),
+            other => {
+                return Err(ApiError::invalid(
+                    &format!("{at}[{j}].type"),
+                    format!(
+                        "content blocks of type '{}' are not supported",
+                        other.unwrap_or("?")
+                    ),
+                ))
+            }
+        }
+    }
+    if text.is_none() && calls.is_empty() {
+        text = Some(String::new());
+    }
+    conv.assistant(text, reasoning, calls);
+    Ok(())
+}
+
+fn parse(state: &SharedState, body: &Value, need_max_tokens: bool) -> ApiResult<MessagesRequest> {
+    let f = Fields::new(body)?;
+    state.check_model(f.str("model")?)?;
+    let mut conv = Conversation::default();
+    if f.has("system") {
+        conv.system(text_blocks(f.get("system"), "system")?);
+    }
+    let list = f
+        .array("messages")?
+        .ok_or_else(|| ApiError::invalid("messages", "'messages' is required"))?;
+    for (i, m) in list.iter().enumerate() {
+        let at = format!("messages[{i}].content");
+        let content = m.get("content").unwrap_or(&Value::Null);
+        match m.get("role").and_then(Value::as_str) {
+            Some("user") => user_turn(&mut conv, content, &at)?,
+            Some("assistant") => assistant_turn(&mut conv, content, &at)?,
+            _ => {
+                return Err(ApiError::invalid(
+                    &format!("messages[{i}].role"),
+                    "'role' must be user or assistant",
+                ))
+            }
+        }
+    }
+    let mut tools = Vec::new();
+    for (i, t) in f.array("tools")?.into_iter().flatten().enumerate() {
+        let name = t.get("name").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::invalid(&format!("tools[{i}].name"), "each tool needs a 'name'")
+        })?;
+        tools.push(prompt::tool_json(
+            name,
+            t.get("description"),
+            t.get("input_schema"),
+        ));
+    }
+    let tool_choice = match f.object("tool_choice")? {
+        None => None,
+        Some(tc) => Some(match tc.str("type")? {
+            Some("auto") => ToolChoice::Auto,
+            Some("any") => ToolChoice::Required,
+            Some("none") => ToolChoice::None,
+            Some("tool") => ToolChoice::Named(
+                tc.str("name")?
+                    .ok_or_else(|| ApiError::invalid("tool_choice.name", "missing tool name"))?
+                    .to_string(),
+            ),
+            _ => {
+                return Err(ApiError::invalid(
+                    "tool_choice.type",
+                    "'tool_choice.type' must be auto, any, tool or none",
+                ))
+            }
+        }),
+    };
+    let mut kwargs = Map::new();
+    if let Some(thinking) = f.object("thinking")? {
+        let on = thinking.str("type")? == Some("enabled");
+        kwargs.insert("enable_thinking".into(), json!(on));
+    }
+    if need_max_tokens && !f.has("max_tokens") {
+        return Err(ApiError::invalid("max_tokens", "'max_tokens' is required"));
+    }
+    let gen = params::read(
+        &f,
+        &state.config.defaults,
+        &["max_tokens"],
+        "stop_sequences",
+    )?;
+    Ok(MessagesRequest {
+        chat: ChatPrompt {
+            messages: conv.finish(),
+            tools,
+            tool_choice,
+            kwargs,
+        },
+        gen,
+        stream: f.bool("stream")?.unwrap_or(false),
+    })
+}
+
+pub async fn count_tokens(
+    State(state): State<SharedState>,
+    body: Result<JsonBody, ApiError>,
+) -> Result<Json<Value>, AnthropicError> {
+    let JsonBody(body) = body?;
+    let req = parse(&state, &body, false)?;
+    let backend = state.backend()?;
+    let rendered = prompt::render(&backend, &req.chat)?;
+    Ok(Json(json!({"input_tokens": rendered.tokens.len()})))
+}
+
+pub async fn create(
+    State(state): State<SharedState>,
+    body: Result<JsonBody, ApiError>,
+) -> Result<Response, AnthropicError> {
+    let JsonBody(body) = body?;
+    let req = parse(&state, &body, true)?;
+    let backend = state.backend()?;
+    let (generation, rendered) = chat::start(&state, &backend, &req.chat, &req.gen).await?;
+    let run = Run {
+        prompt_tokens: generation.prompt_tokens(),
+        generation: Some(generation),
+        parser: rendered.parser(common::new_id("toolu_")),
+        id: common::new_id("msg_"),
+        model: state.config.model_id.clone(),
+        blocks: Vec::new(),
+        open: None,
+        started: false,
+        result: None,
+    };
+    if req.stream {
+        let events = stream::unfold(run, |mut run| async move {
+            let events = run.next().await?;
+            Some((events, run))
+        })
+        .flat_map(|events| {
+            stream::iter(events.into_iter().map(|e| {
+                let kind = e["type"].as_str().unwrap_or("message").to_string();
+                Ok::<Event, Infallible>(named(&kind, &e))
+            }))
+        });
+        return Ok(Sse::new(events)
+            .keep_alive(KeepAlive::default())
+            .into_response());
+    }
+    let mut run = run;
+    let mut last = Value::Null;
+    while let Some(events) = run.next().await {
+        if let Some(e) = events.last() {
+            last = e.clone();
+        }
+    }
+    match run.result.take() {
+        Some(message) => Ok(Json(message).into_response()),
+        None => {
+            let message = last["error"]["message"]
+                .as_str()
+                .unwrap_or("the request failed");
+            Err(ApiError::internal(message.to_string()).into())
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum OpenBlock {
+    Text,
+    Thinking,
+}
+
+struct Run {
+    prompt_tokens: usize,
+    generation: Option<Generation>,
+    parser: ReplyParser,
+    id: String,
+    model: String,
+    /// The finished content blocks.
+    blocks: Vec<Value>,
+    open: Option<(OpenBlock, String)>,
+    started: bool,
+    /// The finished message (for the JSON reply).
+    result: Option<Value>,
+}
+
+impl Run {
+    fn close(&mut self, out: &mut Vec<Value>) {
+        if let Some((kind, text)) = self.open.take() {
+            let index = self.blocks.len();
+            out.push(json!({"type": "content_block_stop", "index": index}));
+            self.blocks.push(match kind {
+                OpenBlock::Text => json!({"type": "text", "text": text}),
+                OpenBlock::Thinking => {
+                    json!({"type": "thinking", "thinking": text, "signature": ""})
+                }
+            });
+        }
+    }
+
+    fn push(&mut self, delta: Delta, out: &mut Vec<Value>) {
+        let (kind, text) = match delta {
+            Delta::Content(t) => (OpenBlock::Text, t),
+            Delta::Reasoning(t) => (OpenBlock::Thinking, t),
+            Delta::ToolCall(call) => {
+                self.close(out);
+                let index = self.blocks.len();
+                let input: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
+                out.push(json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}));
+                out.push(json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": call.arguments}}));
+                out.push(json!({"type": "content_block_stop", "index": index}));
+                self.blocks.push(
+                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}),
+                );
+                return;
+            }
+        };
+        if self.open.as_ref().map(|o| o.0) != Some(kind) {
+            self.close(out);
+            let index = self.blocks.len();
+            let block = match kind {
+                OpenBlock::Text => json!({"type": "text", "text": ""}),
+                OpenBlock::Thinking => json!({"type": "thinking", "thinking": ""}),
+            };
+            out.push(
+                json!({"type": "content_block_start", "index": index, "content_block": block}),
+            );
+            self.open = Some((kind, String::new()));
+        }
+        let index = self.blocks.len();
+        if let Some((_, acc)) = &mut self.open {
+            acc.push_str(&text);
+        }
+        let delta = match kind {
+            OpenBlock::Text => json!({"type": "text_delta", "text": text}),
+            OpenBlock::Thinking => json!({"type": "thinking_delta", "thinking": text}),
+        };
+        out.push(json!({"type": "content_block_delta", "index": index, "delta": delta}));
+    }
+
+    fn message(&self, stop: Option<(&str, Option<&str>)>, outcome: Option<&Outcome>) -> Value {
+        let (input, output, cached) = outcome.map_or((self.prompt_tokens, 0, 0), |o| {
+            (o.prompt_tokens, o.tokens.len(), o.cached_tokens)
+        });
+        let mut m = json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": if stop.is_some() { json!(self.blocks) } else { json!([]) },
+            "stop_reason": stop.map(|s| s.0),
+            "stop_sequence": stop.and_then(|s| s.1),
+            "usage": {"input_tokens": input, "output_tokens": output,
+                "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0},
+        });
+        if let Some(o) = outcome {
+            m["tensorfold"] = common::receipt_json(o);
+        }
+        m
+    }
+
+    async fn next(&mut self) -> Option<Vec<Value>> {
+        if !self.started {
+            self.started = true;
+            let start = json!({"type": "message_start", "message": self.message(None, None)});
+            return Some(vec![start, json!({"type": "ping"})]);
+        }
+        let step = self.generation.as_mut()?.next().await?;
+        let mut out = Vec::new();
+        match step {
+            Step::Text(t) => {
+                for d in self.parser.push(&t) {
+                    self.push(d, &mut out);
+                }
+            }
+            Step::Done(outcome) => {
+                self.generation = None;
+                for d in self.parser.finish() {
+                    self.push(d, &mut out);
+                }
+                self.close(&mut out);
+                let tool_use = self.blocks.iter().any(|b| b["type"] == "tool_use");
+                let stop = match &outcome.finish {
+                    Finish::Error(message) => {
+                        let e = ApiError::internal(message.clone());
+                        out.push(e.anthropic_body());
+                        return Some(out);
+                    }
+                    Finish::Length => ("max_tokens", None),
+                    Finish::StopString(s) => ("stop_sequence", Some(s.as_str())),
+                    Finish::Stop if tool_use => ("tool_use", None),
+                    Finish::Stop => ("end_turn", None),
+                };
+                out.push(json!({"type": "message_delta",
+                    "delta": {"stop_reason": stop.0, "stop_sequence": stop.1},
+                    "usage": {"output_tokens": outcome.tokens.len()}}));
+                out.push(json!({"type": "message_stop"}));
+                self.result = Some(self.message(Some(stop), Some(&outcome)));
+            }
+        }
+        Some(out)
+    }
+}

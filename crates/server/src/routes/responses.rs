@@ -1,0 +1,441 @@
+//! The OpenAI Responses API: `POST /v1/responses` (JSON or SSE), `GET`/`DELETE
+//! /v1/responses/{id}`, and `GET /v1/responses` upgraded to a WebSocket
+//! ([`super::responses_ws`]). One [`ResponseRun`] drives a response for all three transports,
+//! so their events are the same.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, StreamExt};
+use serde_json::{json, Map, Value};
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::JsonBody;
+use crate::fields::Fields;
+use crate::generate::{Finish, Generation, Outcome, Step};
+use crate::output::ReplyParser;
+use crate::params::{self, GenFields};
+use crate::prompt::{self, ChatPrompt, Conversation};
+use crate::routes::chat::{self, count_tokens};
+use crate::routes::common::{self, named};
+use crate::routes::responses_events::EventBuilder;
+use crate::state::{Backend, SharedState};
+
+/// A validated `response.create`.
+pub struct ResponseRequest {
+    chat: ChatPrompt,
+    /// The conversation without instructions (what a later `previous_response_id` continues).
+    history: Vec<Value>,
+    gen: GenFields,
+    stream: bool,
+    store: bool,
+    echo: Value,
+}
+
+fn input_items(conv: &mut Conversation, input: &Value) -> ApiResult<()> {
+    let items = match input {
+        Value::String(s) => {
+            conv.user(s.clone());
+            return Ok(());
+        }
+        Value::Array(items) => items,
+        _ => {
+            return Err(ApiError::invalid(
+                "input",
+                "'input' must be a string or a list of items",
+            ))
+        }
+    };
+    let mut reasoning: Option<String> = None;
+    for (i, item) in items.iter().enumerate() {
+        let at = |k: &str| format!("input[{i}].{k}");
+        let obj = item.as_object().ok_or_else(|| {
+            ApiError::invalid(&format!("input[{i}]"), "each item must be an object")
+        })?;
+        let kind = obj.get("type").and_then(Value::as_str).unwrap_or("message");
+        let text_of = |k: &str| -> ApiResult<String> {
+            match obj.get(k) {
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(v @ Value::Array(_)) => {
+                    Ok(prompt::content_text(Some(v), &at(k))?.unwrap_or_default())
+                }
+                _ => Err(ApiError::invalid(&at(k), format!("'{k}' must be a string"))),
+            }
+        };
+        match kind {
+            "message" => {
+                let role = obj.get("role").and_then(Value::as_str).unwrap_or("");
+                let content =
+                    prompt::content_text(obj.get("content"), &at("content"))?.unwrap_or_default();
+                match role {
+                    "user" => conv.user(content),
+                    "system" | "developer" => conv.system(content),
+                    "assistant" => conv.assistant(Some(content), reasoning.take(), Vec::new()),
+                    _ => {
+                        return Err(ApiError::invalid(
+                            &at("role"),
+                            "'role' must be user, assistant, system or developer",
+                        ))
+                    }
+                }
+            }
+            "function_call" => {
+                let name = text_of("name")?;
+                let args = prompt::arguments_value(&text_of("arguments")?, &at("arguments"))?;
+                let call_id = text_of("call_id")?;
+                conv.assistant(None, reasoning.take(), vec![(call_id, name, args)]);
+            }
+            "function_call_output" => {
+                let call_id = text_of("call_id")?;
+                conv.tool_result(Some(call_id), None, text_of("output")?);
+            }
+            "reasoning" => {
+                let mut text = String::new();
+                for part in obj
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(t) = part.get("text").and_then(Value::as_str) {
+                        text.push_str(t);
+                    }
+                }
+                reasoning = Some(text);
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    &at("type"),
+                    format!("input items of type '{other}' are not supported"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tools(f: &Fields) -> ApiResult<Vec<Value>> {
+    let mut out = Vec::new();
+    for (i, t) in f.array("tools")?.into_iter().flatten().enumerate() {
+        let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind != "function" {
+            return Err(ApiError::invalid(
+                &format!("tools[{i}].type"),
+                format!("only function tools are supported, got '{kind}'"),
+            ));
+        }
+        // Accept the chat form ({"function": {...}}) as well as the flat Responses form.
+        let func = t.get("function").unwrap_or(t);
+        let name = func.get("name").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::invalid(&format!("tools[{i}].name"), "each function needs a 'name'")
+        })?;
+        out.push(prompt::tool_json(
+            name,
+            func.get("description"),
+            func.get("parameters"),
+        ));
+    }
+    Ok(out)
+}
+
+pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
+    let f = Fields::new(body)?;
+    state.check_model(f.str("model")?)?;
+    if f.bool("background")? == Some(true) {
+        return Err(ApiError::invalid(
+            "background",
+            "'background' is not supported",
+        ));
+    }
+    let mut history = Conversation::default();
+    if let Some(prev) = f.str("previous_response_id")? {
+        let (_, conversation) = state.store.get(prev).ok_or_else(|| ApiError {
+            param: Some("previous_response_id".into()),
+            ..ApiError::not_found(format!("Previous response with id '{prev}' not found."))
+        })?;
+        history.extend(conversation);
+    }
+    let input = f
+        .get("input")
+        .ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
+    input_items(&mut history, input)?;
+    let history = history.finish();
+    let instructions = f.str("instructions")?;
+    let mut conv = Conversation::default();
+    if let Some(text) = instructions {
+        conv.system(text.to_string());
+    }
+    conv.extend(history.clone());
+    let mut kwargs = chat::template_kwargs(&f)?;
+    if let Some(reasoning) = f.object("reasoning")? {
+        if let Some(effort) = reasoning.str("effort")? {
+            kwargs
+                .entry("reasoning_effort")
+                .or_insert_with(|| json!(effort));
+        }
+    }
+    let format = match f.object("text")? {
+        Some(text) => match text.object("format")? {
+            Some(format) => {
+                let kind = format.str("type")?.unwrap_or("text");
+                if !["text", "json_object", "json_schema"].contains(&kind) {
+                    return Err(ApiError::invalid(
+                        "text.format.type",
+                        format!("unknown text format '{kind}'"),
+                    ));
+                }
+                format.raw().clone()
+            }
+            None => Map::new(),
+        },
+        None => Map::new(),
+    };
+    let gen = params::read(&f, &state.config.defaults, &["max_output_tokens"], "stop")?;
+    let tools = tools(&f)?;
+    let tool_choice = prompt::tool_choice(f.get("tool_choice"))?;
+    let echo = json!({
+        "instructions": instructions,
+        "max_output_tokens": gen.max_tokens.as_ref().map(|m| m.0),
+        "metadata": f.get("metadata").cloned().unwrap_or(json!({})),
+        "parallel_tool_calls": f.bool("parallel_tool_calls")?.unwrap_or(true),
+        "previous_response_id": f.str("previous_response_id")?,
+        "reasoning": {"effort": kwargs.get("reasoning_effort"), "summary": null},
+        "store": f.bool("store")?.unwrap_or(true),
+        "temperature": gen.params.temperature,
+        "text": {"format": if format.is_empty() { json!({"type": "text"}) } else { Value::Object(format) }},
+        "tool_choice": f.get("tool_choice").cloned().unwrap_or(json!("auto")),
+        "tools": f.get("tools").cloned().unwrap_or(json!([])),
+        "top_p": gen.params.top_p,
+        "truncation": "disabled",
+    });
+    Ok(ResponseRequest {
+        chat: ChatPrompt {
+            messages: conv.finish(),
+            tools,
+            tool_choice,
+            kwargs,
+        },
+        history,
+        gen,
+        stream: f.bool("stream")?.unwrap_or(false),
+        store: f.bool("store")?.unwrap_or(true),
+        echo,
+    })
+}
+
+/// One response in progress: its events, in order, then the stored result.
+pub struct ResponseRun {
+    state: SharedState,
+    backend: Arc<Backend>,
+    generation: Option<Generation>,
+    parser: ReplyParser,
+    builder: EventBuilder,
+    id: String,
+    created: u64,
+    req: ResponseRequest,
+    started: bool,
+    /// The finished response object.
+    pub result: Option<Value>,
+}
+
+impl ResponseRun {
+    pub async fn start(
+        state: &SharedState,
+        req: ResponseRequest,
+        stream_id: Option<Value>,
+    ) -> ApiResult<ResponseRun> {
+        let backend = state.backend()?;
+        let (generation, rendered) = chat::start(state, &backend, &req.chat, &req.gen).await?;
+        let parallel = req.echo["parallel_tool_calls"].as_bool().unwrap_or(true);
+        Ok(ResponseRun {
+            state: state.clone(),
+            backend,
+            generation: Some(generation),
+            parser: rendered.parser(common::new_id("call_")),
+            builder: EventBuilder::new(parallel, stream_id),
+            id: common::new_id("resp_"),
+            created: common::now_secs(),
+            req,
+            started: false,
+            result: None,
+        })
+    }
+
+    fn object(&self, status: &str, output: Vec<Value>) -> Value {
+        let mut r = json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": null,
+            "incomplete_details": null,
+            "model": self.state.config.model_id,
+            "output": output,
+            "usage": null,
+        });
+        for (k, v) in self.req.echo.as_object().into_iter().flatten() {
+            r[k] = v.clone();
+        }
+        r
+    }
+
+    /// The next events; `None` once the response is over.
+    pub async fn next(&mut self) -> Option<Vec<Value>> {
+        if !self.started {
+            self.started = true;
+            let r = self.object("in_progress", Vec::new());
+            let created = self
+                .builder
+                .event("response.created", json!({"response": r}));
+            let progress = self
+                .builder
+                .event("response.in_progress", json!({"response": r}));
+            return Some(vec![created, progress]);
+        }
+        let step = self.generation.as_mut()?.next().await;
+        match step? {
+            Step::Text(t) => {
+                let deltas = self.parser.push(&t);
+                Some(
+                    deltas
+                        .into_iter()
+                        .flat_map(|d| self.builder.push(d))
+                        .collect(),
+                )
+            }
+            Step::Done(outcome) => {
+                self.generation = None;
+                let deltas = self.parser.finish();
+                let mut events: Vec<Value> = deltas
+                    .into_iter()
+                    .flat_map(|d| self.builder.push(d))
+                    .collect();
+                self.builder.close(&mut events);
+                events.push(self.end(&outcome));
+                Some(events)
+            }
+        }
+    }
+
+    fn end(&mut self, outcome: &Outcome) -> Value {
+        let items: Vec<Value> = self.builder.items.clone();
+        let (status, kind) = match &outcome.finish {
+            Finish::Error(_) => ("failed", "response.failed"),
+            Finish::Length => ("incomplete", "response.incomplete"),
+            _ => ("completed", "response.completed"),
+        };
+        let mut r = self.object(status, items.clone());
+        match &outcome.finish {
+            Finish::Error(message) => {
+                r["error"] = json!({"code": "server_error", "message": message});
+            }
+            Finish::Length => r["incomplete_details"] = json!({"reason": "max_output_tokens"}),
+            _ => {}
+        }
+        let reasoning = (!self.builder.reasoning_text.is_empty())
+            .then_some(self.builder.reasoning_text.as_str());
+        let output_tokens = outcome.tokens.len();
+        r["usage"] = json!({
+            "input_tokens": outcome.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": outcome.cached_tokens},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": count_tokens(&self.backend, reasoning)},
+            "total_tokens": outcome.prompt_tokens + output_tokens,
+        });
+        r["tensorfold"] = common::receipt_json(outcome);
+        if self.req.store && !matches!(outcome.finish, Finish::Error(_)) {
+            let mut conv = Conversation::default();
+            conv.extend(self.req.history.clone());
+            append_output(&mut conv, &items);
+            self.state
+                .store
+                .insert(self.id.clone(), r.clone(), conv.finish());
+        }
+        self.result = Some(r.clone());
+        self.builder.event(kind, json!({"response": r}))
+    }
+}
+
+/// The response's output items as conversation turns.
+fn append_output(conv: &mut Conversation, items: &[Value]) {
+    let mut reasoning = None;
+    let mut content = None;
+    let mut calls = Vec::new();
+    for item in items {
+        match item["type"].as_str() {
+            Some("reasoning") => {
+                reasoning = item["content"][0]["text"].as_str().map(str::to_string)
+            }
+            Some("message") => content = item["content"][0]["text"].as_str().map(str::to_string),
+            Some("function_call") => {
+                let args = item["arguments"].as_str().unwrap_or("{}");
+                calls.push((
+                    item["call_id"].as_str().unwrap_or("").to_string(),
+                    item["name"].as_str().unwrap_or("").to_string(),
+                    serde_json::from_str(args).unwrap_or(json!({})),
+                ));
+            }
+            _ => {}
+        }
+    }
+    if content.is_none() && calls.is_empty() {
+        content = Some(String::new());
+    }
+    conv.assistant(content, reasoning, calls);
+}
+
+pub async fn create(State(state): State<SharedState>, JsonBody(body): JsonBody) -> Response {
+    match create_inner(state, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn create_inner(state: SharedState, body: Value) -> ApiResult<Response> {
+    let req = parse(&state, &body)?;
+    let stream = req.stream;
+    let mut run = ResponseRun::start(&state, req, None).await?;
+    if stream {
+        let events = stream::unfold(run, |mut run| async move {
+            let events = run.next().await?;
+            Some((events, run))
+        })
+        .flat_map(|events| {
+            stream::iter(events.into_iter().map(|e| {
+                let kind = e["type"].as_str().unwrap_or("message").to_string();
+                Ok::<Event, Infallible>(named(&kind, &e))
+            }))
+        });
+        return Ok(Sse::new(events)
+            .keep_alive(KeepAlive::default())
+            .into_response());
+    }
+    while run.next().await.is_some() {}
+    let result = run.result.take().unwrap_or(Value::Null);
+    if result["status"] == "failed" {
+        let message = result["error"]["message"].as_str().unwrap_or("failed");
+        return Err(ApiError::internal(message.to_string()));
+    }
+    Ok(Json(result).into_response())
+}
+
+pub async fn retrieve(State(state): State<SharedState>, Path(id): Path<String>) -> Response {
+    match state.store.get(&id) {
+        Some((response, _)) => Json(response).into_response(),
+        None => ApiError::not_found(format!("No response found with id '{id}'.")).into_response(),
+    }
+}
+
+pub async fn delete(State(state): State<SharedState>, Path(id): Path<String>) -> Response {
+    if state.store.delete(&id) {
+        Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response()
+    } else {
+        ApiError::not_found(format!("No response found with id '{id}'.")).into_response()
+    }
+}
+
+pub use super::responses_ws::websocket;

@@ -1,0 +1,138 @@
+//! Responses over a WebSocket (`GET /v1/responses` with an upgrade), as the openai package's
+//! `client.responses.connect()` speaks it: each text frame from the client is a
+//! `{"type": "response.create", ...request fields}` event; the server answers with the same
+//! events a streamed `POST /v1/responses` sends, one JSON object per frame. Responses on one
+//! socket run one after another; closing the socket cancels the one in progress.
+
+use std::collections::VecDeque;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::routes::responses::{parse, ResponseRun};
+use crate::state::SharedState;
+
+pub async fn websocket(
+    State(state): State<SharedState>,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    match ws {
+        Ok(ws) => ws.on_upgrade(move |socket| session(state, socket)),
+        Err(_) => ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            ..ApiError::bad_request(
+                "GET /v1/responses takes a WebSocket upgrade; create responses with POST",
+            )
+        }
+        .into_response(),
+    }
+}
+
+/// The WebSocket error event (nested, unlike the SSE one).
+fn error_event(e: &ApiError) -> Value {
+    json!({
+        "type": "error",
+        "status": e.status.as_u16(),
+        "error": {"type": e.kind, "code": e.code, "message": e.message, "param": e.param},
+    })
+}
+
+async fn send(socket: &mut WebSocket, v: &Value) -> bool {
+    socket
+        .send(Message::Text(v.to_string().into()))
+        .await
+        .is_ok()
+}
+
+enum Incoming {
+    Create(Value),
+    Close,
+    Ignore,
+}
+
+fn classify(msg: Option<Result<Message, axum::Error>>) -> Incoming {
+    let text = match msg {
+        None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Incoming::Close,
+        Some(Ok(Message::Text(t))) => t.to_string(),
+        Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
+        Some(Ok(_)) => return Incoming::Ignore,
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(v) => Incoming::Create(v),
+        Err(e) => Incoming::Create(json!({"type": "invalid", "error": e.to_string()})),
+    }
+}
+
+async fn session(state: SharedState, mut socket: WebSocket) {
+    let mut queue: VecDeque<Value> = VecDeque::new();
+    loop {
+        let event = match queue.pop_front() {
+            Some(e) => e,
+            None => match classify(socket.recv().await) {
+                Incoming::Create(v) => v,
+                Incoming::Close => return,
+                Incoming::Ignore => continue,
+            },
+        };
+        let mut run = match start(&state, event).await {
+            Ok(run) => run,
+            Err(e) => {
+                if !send(&mut socket, &error_event(&e)).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            tokio::select! {
+                events = run.next() => {
+                    let Some(events) = events else { break };
+                    for e in &events {
+                        if !send(&mut socket, e).await {
+                            return;
+                        }
+                    }
+                }
+                incoming = socket.recv() => match classify(incoming) {
+                    // Dropping the run cancels its request.
+                    Incoming::Close => return,
+                    Incoming::Create(v) => queue.push_back(v),
+                    Incoming::Ignore => {}
+                },
+            }
+        }
+    }
+}
+
+async fn start(state: &SharedState, mut event: Value) -> Result<ResponseRun, ApiError> {
+    let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
+    if kind == "invalid" {
+        let why = event["error"].as_str().unwrap_or("").to_string();
+        return Err(ApiError::bad_request(format!(
+            "the event is not valid JSON: {why}"
+        )));
+    }
+    if kind != "response.create" {
+        return Err(ApiError::invalid(
+            "type",
+            format!("unsupported event type '{kind}' (this server takes response.create)"),
+        ));
+    }
+    let obj = event.as_object_mut().expect("events are objects");
+    obj.remove("type");
+    obj.remove("stream");
+    let stream_id = obj.remove("stream_id");
+    // Some clients nest the request under "response".
+    if let Some(Value::Object(inner)) = obj.remove("response") {
+        for (k, v) in inner {
+            obj.entry(k).or_insert(v);
+        }
+    }
+    let req = parse(state, &event)?;
+    ResponseRun::start(state, req, stream_id).await
+}

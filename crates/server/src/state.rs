@@ -1,0 +1,128 @@
+//! What every handler shares: the configuration, the loaded model (absent while loading), the
+//! metrics and the stored responses.
+
+use std::sync::{Arc, OnceLock};
+
+use tf_engine::EngineHandle;
+use tf_text::{ChatTemplate, Tokenizer};
+
+use crate::error::{ApiError, ApiResult};
+use crate::metrics::Metrics;
+use crate::routes::responses_store::ResponseStore;
+
+/// Sampling defaults set on the command line; a request's own fields win.
+#[derive(Clone, Debug, Default)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<usize>,
+    pub min_p: Option<f32>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The id `/v1/models` lists and replies carry.
+    pub model_id: String,
+    /// Further names a request's `model` may use.
+    pub aliases: Vec<String>,
+    /// Cap on an omitted `max_tokens` (besides the room left in the context).
+    pub max_tokens: Option<usize>,
+    pub defaults: SamplingDefaults,
+    pub api_key: Option<String>,
+    /// Largest accepted request body.
+    pub body_limit_bytes: usize,
+    /// Stored responses: at most this many, and this many bytes.
+    pub store_max_count: usize,
+    pub store_max_bytes: usize,
+}
+
+impl ServerConfig {
+    pub fn new(model_id: impl Into<String>) -> ServerConfig {
+        ServerConfig {
+            model_id: model_id.into(),
+            aliases: Vec::new(),
+            max_tokens: None,
+            defaults: SamplingDefaults::default(),
+            api_key: None,
+            body_limit_bytes: 32 << 20,
+            store_max_count: 1000,
+            store_max_bytes: 64 << 20,
+        }
+    }
+
+    /// Every name this server answers to.
+    pub fn model_names(&self) -> Vec<String> {
+        std::iter::once(self.model_id.clone())
+            .chain(self.aliases.iter().cloned())
+            .collect()
+    }
+}
+
+/// How the model writes tool calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// `<tool_call>{"name": .., "arguments": ..}</tool_call>` (Qwen, Hermes).
+    Tagged,
+    /// The whole reply is `{"name": .., "parameters": ..}` (Llama 3).
+    BareJson,
+}
+
+/// The loaded model: what requests run on.
+pub struct Backend {
+    pub engine: EngineHandle,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    pub context: usize,
+    pub total_blocks: usize,
+    pub tool_format: ToolFormat,
+    /// Whether the engine drafts at all (`--no-drafts` turns it off).
+    pub drafts: bool,
+}
+
+pub struct AppState {
+    pub config: ServerConfig,
+    backend: OnceLock<Arc<Backend>>,
+    pub metrics: Metrics,
+    pub store: ResponseStore,
+}
+
+pub type SharedState = Arc<AppState>;
+
+impl AppState {
+    pub fn new(config: ServerConfig) -> SharedState {
+        let store = ResponseStore::new(config.store_max_count, config.store_max_bytes);
+        Arc::new(AppState {
+            config,
+            backend: OnceLock::new(),
+            metrics: Metrics::default(),
+            store,
+        })
+    }
+
+    /// Makes the server ready (once).
+    pub fn set_backend(&self, backend: Backend) {
+        let _ = self.backend.set(Arc::new(backend));
+    }
+
+    pub fn backend(&self) -> ApiResult<Arc<Backend>> {
+        self.backend
+            .get()
+            .cloned()
+            .ok_or_else(|| ApiError::unavailable("the model is still loading; retry shortly"))
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.backend.get().is_some()
+    }
+
+    /// Checks a request's `model` field (absent = the served model).
+    pub fn check_model(&self, model: Option<&str>) -> ApiResult<()> {
+        match model {
+            None => Ok(()),
+            Some(m) if m == self.config.model_id || self.config.aliases.iter().any(|a| a == m) => {
+                Ok(())
+            }
+            Some(m) => Err(ApiError::model_not_found(m, &self.config.model_names())),
+        }
+    }
+}
