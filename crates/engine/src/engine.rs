@@ -2,9 +2,10 @@
 //! every running sequence at once (continuous batching: sequences join and leave between steps,
 //! long prompts are prefilled in chunks while others keep decoding).
 
-use crate::blocks::BlockPool;
+use crate::blocks::{chain_hashes, BlockHash, BlockPool, CacheStats};
 use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
 use tf_kernels::attention::KeyRemap;
+use tf_kernels::kv::BLOCK_SIZE;
 use tf_models::TreeRow;
 
 /// Nodes per extra tree branch.
@@ -86,11 +87,14 @@ pub struct Engine {
     pub config: EngineConfig,
     round: usize,
     sampler: Sampler,
+    /// Prefix cache salt: the runner's model and kernel identity.
+    salt: BlockHash,
 }
 
 impl Engine {
     pub fn new(runner: Box<dyn Runner>, config: EngineConfig, cost: CostModel) -> Engine {
         let blocks = BlockPool::new(runner.kv_blocks());
+        let salt = runner.cache_salt();
         Engine {
             runner,
             copies: Copies::default(),
@@ -103,6 +107,7 @@ impl Engine {
             config,
             round: 0,
             sampler: Sampler::new(),
+            salt,
         }
     }
 
@@ -230,10 +235,25 @@ impl Engine {
                 let _ = s.events.send(Event::Done(s.receipt()));
                 continue;
             }
+            // Reuse the longest cached prefix, leaving at least the last prompt token to run
+            // (its logits draw the first reply token).
+            let reusable = (s.prompt_len() - 1) / BLOCK_SIZE;
+            let hashes = chain_hashes(&self.salt, &[], &s.tokens, reusable);
+            let cached = self.blocks.lookup(&hashes);
+            let hit = cached.len();
             let slots = s.max_slots();
+            s.table = cached;
             if !self.blocks.grow(&mut s.table, slots) {
+                self.blocks.release(&mut s.table);
                 self.waiting.push_front(s);
                 break;
+            }
+            s.hashes = hashes[..hit].to_vec();
+            s.kv_len = hit * BLOCK_SIZE;
+            s.cached_tokens = s.kv_len;
+            if hit > 0 {
+                self.blocks.stats.hits += 1;
+                self.blocks.stats.hit_tokens += s.kv_len as u64;
             }
             self.running.push(s);
         }
@@ -273,6 +293,7 @@ impl Engine {
         };
         self.cost.observe_forward(total_rows, secs);
         self.commit(&plans, &logits);
+        self.index_blocks();
         self.reap();
         Ok(true)
     }
@@ -663,6 +684,39 @@ impl Engine {
                 m.commit(id, committed);
             }
         }
+    }
+
+    /// Offers every newly committed full block to the prefix cache, so that later (and
+    /// concurrent) requests with the same prefix reuse it.
+    fn index_blocks(&mut self) {
+        for s in &mut self.running {
+            // Positions past the last kept token (guesses accepted beyond a stop) are not part
+            // of the sequence.
+            let full = s.kv_len.min(s.tokens.len()) / BLOCK_SIZE;
+            if full <= s.hashes.len() {
+                continue;
+            }
+            let new = chain_hashes(&self.salt, &s.hashes, &s.tokens, full);
+            for h in new {
+                self.blocks.register(s.table[s.hashes.len()], h);
+                s.hashes.push(h);
+            }
+        }
+    }
+
+    /// Prefix cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.blocks.stats
+    }
+
+    /// Cached, unreferenced KV blocks.
+    pub fn cached_blocks(&self) -> usize {
+        self.blocks.cached_count()
+    }
+
+    /// Keeps at most `blocks` cached, unreferenced KV blocks (0 turns the prefix cache off).
+    pub fn set_cache_budget(&mut self, blocks: usize) {
+        self.blocks.set_cache_budget(blocks);
     }
 
     /// Finishes and frees every sequence that is done.

@@ -25,7 +25,11 @@ enum Command {
 pub struct EngineStats {
     pub running: usize,
     pub waiting: usize,
+    /// Blocks a new request could get (free, or cached and evictable).
     pub free_blocks: usize,
+    /// Of those, blocks holding a cached prefix.
+    pub cached_blocks: usize,
+    pub cache: crate::blocks::CacheStats,
 }
 
 /// Cheap to clone; the engine thread stops when every handle is gone and it is idle.
@@ -112,6 +116,8 @@ fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
                     running: engine.running(),
                     waiting: engine.waiting(),
                     free_blocks: engine.free_blocks(),
+                    cached_blocks: engine.cached_blocks(),
+                    cache: engine.cache_stats(),
                 });
             }
         };

@@ -67,6 +67,8 @@ pub struct Receipt {
     /// First 12 hex digits of SHA-256 over the comma-joined reply token ids.
     pub token_sha: String,
     pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values came from the prefix cache.
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     pub finish: FinishReason,
     /// The narrowest verify window (rows) of the request's decode rounds.

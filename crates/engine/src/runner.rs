@@ -1,6 +1,7 @@
 //! The seam between the engine and a model: a forward over rows of many sequences. The engine owns
 //! block ids (which KV pages belong to which sequence); the runner owns the memory behind them.
 
+use crate::blocks::BlockHash;
 use crate::error::EngineError;
 use std::sync::Arc;
 use tf_kernels::kv::KvCache;
@@ -20,6 +21,11 @@ pub trait Runner: Send {
     /// Copies KV slot `from` to slot `to` of the sequence with block table `table`, for each
     /// pair in order (accepted tree-draft rows moving to their positions).
     fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]);
+    /// What the keys and values of a token prefix depend on besides the tokens (model, kernels):
+    /// the prefix cache only reuses blocks written under the same salt.
+    fn cache_salt(&self) -> BlockHash {
+        [0; 32]
+    }
 }
 
 /// A real model with its KV cache.
@@ -70,5 +76,20 @@ impl Runner for ModelRunner {
         for &(from, to) in moves {
             self.kv.copy_slot(table, from, to);
         }
+    }
+    fn cache_salt(&self) -> BlockHash {
+        use sha2::{Digest, Sha256};
+        let m = &self.model;
+        let mut h = Sha256::new();
+        h.update(concat!("tensorfold-kv-", env!("CARGO_PKG_VERSION")));
+        h.update(m.path().to_string_lossy().as_bytes());
+        h.update(
+            std::fs::metadata(m.path())
+                .map_or(0, |md| md.len())
+                .to_le_bytes(),
+        );
+        h.update(format!("{:?}", m.config).as_bytes());
+        h.update(m.level.name().as_bytes());
+        h.finalize().into()
     }
 }

@@ -14,6 +14,10 @@ pub(crate) struct Seq {
     /// Positions whose keys and values in the target cache hold committed tokens.
     pub kv_len: usize,
     pub table: Vec<BlockId>,
+    /// Chain hashes of the leading full blocks already indexed in the prefix cache.
+    pub hashes: Vec<crate::blocks::BlockHash>,
+    /// Prompt positions whose keys and values came from the prefix cache.
+    pub cached_tokens: usize,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
     pub first_token: Option<Instant>,
@@ -38,6 +42,8 @@ impl Seq {
             tokens: req.prompt.clone(),
             kv_len: 0,
             table: Vec::new(),
+            hashes: Vec::new(),
+            cached_tokens: 0,
             events,
             submitted: Instant::now(),
             first_token: None,
@@ -92,6 +98,7 @@ impl Seq {
         Receipt {
             token_sha: crate::request::token_sha(self.generated()),
             prompt_tokens: self.prompt_len(),
+            cached_tokens: self.cached_tokens,
             completion_tokens: self.generated().len(),
             finish: self.finished.unwrap_or(FinishReason::Error),
             min_rows: if self.rounds == 0 { 0 } else { self.min_rows },

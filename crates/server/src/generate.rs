@@ -150,6 +150,7 @@ impl Generation {
                     let receipt = Receipt {
                         token_sha: String::new(),
                         prompt_tokens: self.prompt_tokens,
+                        cached_tokens: 0,
                         completion_tokens: self.tokens.len(),
                         finish: FinishReason::Error,
                         min_rows: 0,
@@ -243,7 +244,7 @@ impl Generation {
         let outcome = Box::new(Outcome {
             finish,
             prompt_tokens: self.prompt_tokens,
-            cached_tokens: 0,
+            cached_tokens: receipt.cached_tokens,
             token_sha: token_sha(&self.tokens),
             tokens: std::mem::take(&mut self.tokens),
             receipt,

@@ -75,6 +75,8 @@ impl Metrics {
     pub fn account(&self, receipt: &Receipt, completion_tokens: usize) {
         self.prompt_tokens
             .fetch_add(receipt.prompt_tokens as u64, Relaxed);
+        self.cached_prompt_tokens
+            .fetch_add(receipt.cached_tokens as u64, Relaxed);
         self.generation_tokens
             .fetch_add(completion_tokens as u64, Relaxed);
         self.drafted.fetch_add(receipt.drafted as u64, Relaxed);
@@ -124,6 +126,24 @@ impl Metrics {
             "KV cache blocks in the pool.",
             "gauge",
             total_blocks as f64,
+        );
+        gauge(
+            "kv_cached_blocks",
+            "Free KV blocks that hold a cached prompt prefix.",
+            "gauge",
+            stats.cached_blocks as f64,
+        );
+        gauge(
+            "prefix_cache_hits_total",
+            "Requests that reused a cached prompt prefix.",
+            "counter",
+            stats.cache.hits as f64,
+        );
+        gauge(
+            "prefix_cache_evictions_total",
+            "Cached prefix blocks evicted.",
+            "counter",
+            stats.cache.evictions as f64,
         );
         let load = |c: &AtomicU64| c.load(Relaxed) as f64;
         let counters = [
