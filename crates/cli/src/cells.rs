@@ -258,7 +258,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     let lanes = lanes::build(
         spec,
         args.draft.as_deref(),
-        |_| {
+        |_, _| {
             Ok(lanes::KvPlan {
                 kv_positions: 4 * (max_len + 2048),
                 context: 8192,

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
 use tf_engine::{Engine, EngineConfig, ModelRunner};
-use tf_models::{Model, ModelConfig};
+use tf_models::Model;
 use tf_text::Tokenizer;
 
 use crate::load;
@@ -35,16 +35,13 @@ pub struct KvPlan {
 pub fn build(
     target_spec: &str,
     draft: Option<&str>,
-    sizes: impl FnOnce(&ModelConfig) -> Result<KvPlan>,
+    sizes: impl FnOnce(&Model, Option<&Model>) -> Result<KvPlan>,
     config: EngineConfig,
     global: &GlobalArgs,
 ) -> Result<Lanes> {
     let path = load::resolve(target_spec, global)?;
     let loaded = load::load(&path)?;
     let target = Arc::new(loaded.model);
-    let plan = sizes(&target.config)?;
-    let (kv_positions, context) = (plan.kv_positions, plan.context);
-    let pool = Arc::new(load::thread_pool(global));
     let draft_spec = match draft {
         Some("none") => None,
         Some(s) => Some(s.to_string()),
@@ -52,9 +49,6 @@ pub fn build(
             .and_then(|e| e.draft)
             .map(str::to_string),
     };
-    let runner = ModelRunner::new(target.clone(), pool.clone(), kv_positions, context);
-    let blocks = tf_engine::Runner::kv_blocks(&runner);
-    let mut engine = Engine::new(Box::new(runner), config, CostModel::flat());
     let mut draft_model = None;
     if let Some(spec) = draft_spec {
         let dpath = load::resolve(&spec, global)?;
@@ -70,8 +64,16 @@ pub fn build(
                 target.config.vocab
             );
         }
-        engine.add_draft_model(Box::new(DraftModel::new(dm.clone(), pool.clone(), blocks)));
         draft_model = Some(dm);
+    }
+    let plan = sizes(&target, draft_model.as_deref())?;
+    let (kv_positions, context) = (plan.kv_positions, plan.context);
+    let pool = Arc::new(load::thread_pool(global));
+    let runner = ModelRunner::new(target.clone(), pool.clone(), kv_positions, context);
+    let blocks = tf_engine::Runner::kv_blocks(&runner);
+    let mut engine = Engine::new(Box::new(runner), config, CostModel::flat());
+    if let Some(dm) = &draft_model {
+        engine.add_draft_model(Box::new(DraftModel::new(dm.clone(), pool.clone(), blocks)));
     }
     let calibration = engine.calibrate().context("measuring the forward cost")?;
     Ok(Lanes {

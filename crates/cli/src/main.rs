@@ -10,6 +10,7 @@ mod generate;
 mod info;
 mod lanes;
 mod load;
+mod memory;
 mod models;
 mod prompts;
 mod pull;

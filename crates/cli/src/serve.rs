@@ -9,20 +9,18 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use tf_engine::{EngineConfig, EngineHandle};
-use tf_kernels::kv::KvCache;
 use tf_server::{AppState, Backend, SamplingDefaults, ServerConfig};
 use tf_text::ChatTemplate;
 
 use crate::lanes::{self, KvPlan};
 use crate::load::{self, gib};
+use crate::memory;
 use crate::GlobalArgs;
 
 /// Context when `--context` is not given: the model's trained context, at most this.
 const DEFAULT_CONTEXT: usize = 32768;
 /// Concurrent requests with `--parallel auto`.
 const AUTO_PARALLEL: usize = 4;
-/// KV positions per extra concurrent slot (beyond one whole context).
-const SLOT_POSITIONS: usize = 8192;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -77,6 +75,17 @@ pub struct ServeArgs {
     /// Read the API key from the first line of this file.
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// Memory budget of the whole process: weights, KV cache, prompt cache and buffers
+    /// (default: 70% of physical memory).
+    #[arg(long, value_name = "GIB")]
+    pub memory_limit_gib: Option<f64>,
+    /// Most memory the prompt cache keeps (cached prefixes live in the KV pool and are evicted
+    /// first when requests need room; default: the whole pool).
+    #[arg(long, value_name = "GIB")]
+    pub prompt_cache_gib: Option<f64>,
+    /// Requests allowed to wait for room; beyond this, 503 with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_queue: usize,
 }
 
 fn parallel(arg: &str) -> Result<usize> {
@@ -146,6 +155,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     config.max_tokens = args.max_tokens.map(|n| n as usize);
     config.defaults = defaults;
     config.api_key = key;
+    config.max_queue = args.max_queue;
     let state = AppState::new(config);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -170,6 +180,8 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     );
 
     let requested_context = args.context.map(|c| c as usize);
+    let budget = memory_budget(args)?;
+    let mut memory_plan = None;
     let engine_config = EngineConfig {
         drafts: !args.no_drafts,
         max_running: parallel,
@@ -178,24 +190,35 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     let lanes = lanes::build(
         &spec,
         args.draft.as_deref(),
-        |cfg| {
-            let context = match requested_context {
-                Some(c) if c > cfg.context_len => bail!(
-                    "--context {c} is longer than the {} positions {spec} was trained for",
-                    cfg.context_len
-                ),
-                Some(c) => c,
-                None => cfg.context_len.min(DEFAULT_CONTEXT),
-            };
-            let kv_positions = context.max(parallel * context.min(SLOT_POSITIONS));
+        |target, draft| {
+            let p = memory::plan(
+                budget,
+                target,
+                draft,
+                requested_context,
+                DEFAULT_CONTEXT,
+                parallel,
+                EngineConfig::default().max_step_rows,
+            )?;
+            memory_plan = Some(p);
             Ok(KvPlan {
-                kv_positions,
-                context,
+                kv_positions: p.kv_positions,
+                context: p.context,
             })
         },
         engine_config,
         global,
     )?;
+    let mem = memory_plan.expect("the plan ran");
+    let mut engine = lanes.engine;
+    let cache_blocks = match args.prompt_cache_gib {
+        Some(g) => {
+            let per_block = mem.kv_per_position * tf_kernels::kv::BLOCK_SIZE as u64;
+            ((g * (1u64 << 30) as f64) as u64 / per_block) as usize
+        }
+        None => engine.free_blocks(),
+    };
+    engine.set_cache_budget(cache_blocks);
     let tokenizer = lanes.tokenizer;
     let template = match tokenizer.chat_template() {
         Some(source) => Some(
@@ -209,13 +232,8 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         None => None,
     };
     let tool_format = tf_server::tool_format_of(tokenizer.chat_template().unwrap_or(""));
-    let total_blocks = lanes.engine.free_blocks();
-    let (engine, _join) = EngineHandle::spawn(lanes.engine);
-    let cfg = &lanes.target.config;
-    let kv_bytes = KvCache::bytes_per_position(cfg.n_layers, cfg.kv_dim()) as u64
-        * lanes.plan.kv_positions as u64;
-    let weights = lanes.target.weight_bytes() as u64
-        + lanes.draft.as_ref().map_or(0, |d| d.weight_bytes() as u64);
+    let total_blocks = engine.free_blocks();
+    let (engine, _join) = EngineHandle::spawn(engine);
     eprintln!("model      {model_id} ({})", lanes.target.path().display());
     match (&lanes.draft, args.no_drafts) {
         (_, true) => eprintln!("drafts     off (--no-drafts: every request is served serially)"),
@@ -230,10 +248,14 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         lanes.plan.context, parallel
     );
     eprintln!(
-        "memory     weights {:.2} GiB + KV cache {:.2} GiB ({} positions)",
-        gib(weights),
-        gib(kv_bytes),
-        lanes.plan.kv_positions
+        "memory     budget {:.2} GiB: weights {:.2} GiB, KV cache {:.2} GiB ({} positions; the \
+         prompt cache keeps up to {:.2} GiB of it), buffers {:.2} GiB",
+        gib(mem.budget),
+        gib(mem.weights),
+        gib(mem.kv_bytes()),
+        mem.kv_positions,
+        gib(cache_blocks as u64 * mem.kv_per_position * tf_kernels::kv::BLOCK_SIZE as u64),
+        gib(mem.buffers),
     );
     state.set_backend(Backend {
         engine,
@@ -250,6 +272,19 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(anyhow!(e).context("the HTTP server failed")),
         Err(e) => Err(anyhow!(e).context("the HTTP server task failed")),
+    }
+}
+
+/// `--memory-limit-gib`, else 70% of physical memory.
+fn memory_budget(args: &ServeArgs) -> Result<u64> {
+    match args.memory_limit_gib {
+        Some(g) if g.is_finite() && g > 0.0 => Ok((g * (1u64 << 30) as f64) as u64),
+        Some(g) => bail!("--memory-limit-gib must be a positive number, got {g}"),
+        None => memory::physical_bytes()
+            .map(|b| (b as f64 * memory::DEFAULT_SHARE) as u64)
+            .ok_or_else(|| {
+                anyhow!("cannot read the physical memory size: give --memory-limit-gib")
+            }),
     }
 }
 

@@ -91,6 +91,14 @@ impl Generation {
         req: GenRequest,
     ) -> ApiResult<Generation> {
         let started = Instant::now();
+        if let Some(stats) = backend.engine.stats_async().await {
+            if stats.waiting >= state.config.max_queue {
+                return Err(ApiError::unavailable(format!(
+                    "the server is busy: {} requests are waiting; retry shortly",
+                    stats.waiting
+                )));
+            }
+        }
         let prompt_tokens = req.prompt.len();
         let stop = StopMatcher::new(&req.stop);
         let request = Request {
@@ -241,11 +249,20 @@ impl Generation {
             }
             _ => metrics.finished(&receipt, self.tokens.len(), e2e_secs),
         }
+        let sha = token_sha(&self.tokens);
+        log_line(
+            self.id,
+            &finish,
+            &receipt,
+            &sha,
+            self.tokens.len(),
+            e2e_secs,
+        );
         let outcome = Box::new(Outcome {
             finish,
             prompt_tokens: self.prompt_tokens,
             cached_tokens: receipt.cached_tokens,
-            token_sha: token_sha(&self.tokens),
+            token_sha: sha,
             tokens: std::mem::take(&mut self.tokens),
             receipt,
             e2e_secs,
@@ -259,11 +276,36 @@ impl Generation {
     }
 }
 
+/// One line per finished request on stderr: what it cost and what the caches saved.
+fn log_line(id: SeqId, finish: &Finish, r: &Receipt, sha: &str, completion: usize, e2e_secs: f64) {
+    let finish = match finish {
+        Finish::Stop => "stop".to_string(),
+        Finish::StopString(_) => "stop-string".to_string(),
+        Finish::Length => "length".to_string(),
+        Finish::Error(m) => format!("error ({m})"),
+    };
+    let tps = if r.decode_secs > 0.0 && completion > 1 {
+        (completion - 1) as f64 / r.decode_secs
+    } else {
+        0.0
+    };
+    eprintln!(
+        "request {id}: {finish}, prompt {} (cached {}), reply {completion} tokens, ttft {:.3}s, \
+         {tps:.1} tok/s, drafted {} accepted {}, {:.3}s total, token_sha {sha}",
+        r.prompt_tokens, r.cached_tokens, r.ttft_secs, r.drafted, r.accepted, e2e_secs
+    );
+}
+
 impl Drop for Generation {
     fn drop(&mut self) {
         if !self.done {
             self.backend.engine.cancel(self.id);
             self.state.metrics.disconnected();
+            eprintln!(
+                "request {}: client went away after {} tokens; cancelled",
+                self.id,
+                self.tokens.len()
+            );
         }
     }
 }

@@ -111,6 +111,7 @@ fn seed(f: &Fields) -> ApiResult<Option<u64>> {
 /// The reply length: an explicit cap must fit beside the prompt; an omitted one is the room
 /// left (and at most the server's `--max-tokens`).
 pub fn reply_length(
+    prompt_param: &str,
     prompt_tokens: usize,
     explicit: Option<&(usize, String)>,
     context: usize,
@@ -122,7 +123,7 @@ pub fn reply_length(
                 "This model's maximum context length is {context} tokens, and the prompt has \
                  {prompt_tokens} tokens, which leaves no room for a reply."
             ),
-            "messages",
+            prompt_param,
         ));
     }
     let room = context - prompt_tokens;

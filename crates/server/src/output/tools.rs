@@ -48,7 +48,17 @@ pub fn parse_json_calls(text: &str) -> Vec<(String, String)> {
         // Drop the info string (`json`) on the fence line.
         t = body.split_once('\n').map_or("", |(_, b)| b).trim();
     }
-    let values = match serde_json::from_str::<Value>(t) {
+    // Qwen2.5's template shows the call format with doubled braces (`{{"name": ...}}`), and
+    // models copy it.
+    let parsed = serde_json::from_str::<Value>(t).or_else(|e| {
+        match t.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+            Some(inner) if inner.starts_with('{') && inner.ends_with('}') => {
+                serde_json::from_str::<Value>(inner)
+            }
+            _ => Err(e),
+        }
+    });
+    let values = match parsed {
         Ok(Value::Array(items)) => items,
         Ok(v @ Value::Object(_)) => vec![v],
         _ => return Vec::new(),
@@ -76,6 +86,8 @@ mod tests {
         );
         let list = "[{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\"}]";
         assert_eq!(parse_json_calls(list).len(), 2);
+        let doubled = "{{\"name\": \"f\", \"arguments\": {\"c\": 1}}}";
+        assert_eq!(parse_json_calls(doubled).len(), 1);
         assert!(parse_json_calls("```python\nprint(1)\n```").is_empty());
         assert!(parse_json_calls("{\"x\": 1}").is_empty());
         assert!(parse_json_calls("```json\n{\"name\": \"f\"").is_empty());

@@ -207,9 +207,11 @@ pub async fn start(
     backend: &Arc<Backend>,
     chat: &ChatPrompt,
     gen: &GenFields,
+    prompt_param: &str,
 ) -> ApiResult<(Generation, Rendered)> {
     let rendered = prompt::render(backend, chat)?;
     let max_tokens = params::reply_length(
+        prompt_param,
         rendered.tokens.len(),
         gen.max_tokens.as_ref(),
         backend.context,
@@ -237,7 +239,7 @@ pub async fn handle(State(state): State<SharedState>, JsonBody(body): JsonBody) 
 async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
     let req = parse(&state, &body)?;
     let backend = state.backend()?;
-    let (generation, rendered) = start(&state, &backend, &req.chat, &req.gen).await?;
+    let (generation, rendered) = start(&state, &backend, &req.chat, &req.gen, "messages").await?;
     let parser = rendered.parser(common::new_id("call_"));
     let id = common::new_id("chatcmpl-");
     if req.stream {

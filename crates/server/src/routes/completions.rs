@@ -103,6 +103,7 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
     let backend = state.backend()?;
     let prompt = prompt_ids(&backend, f.get("prompt"))?;
     let max_tokens = params::reply_length(
+        "prompt",
         prompt.len(),
         gen.max_tokens.as_ref(),
         backend.context,

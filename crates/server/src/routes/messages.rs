@@ -232,7 +232,8 @@ pub async fn create(
     let JsonBody(body) = body?;
     let req = parse(&state, &body, true)?;
     let backend = state.backend()?;
-    let (generation, rendered) = chat::start(&state, &backend, &req.chat, &req.gen).await?;
+    let (generation, rendered) =
+        chat::start(&state, &backend, &req.chat, &req.gen, "messages").await?;
     let run = Run {
         prompt_tokens: generation.prompt_tokens(),
         generation: Some(generation),

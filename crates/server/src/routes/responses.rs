@@ -249,7 +249,8 @@ impl ResponseRun {
         stream_id: Option<Value>,
     ) -> ApiResult<ResponseRun> {
         let backend = state.backend()?;
-        let (generation, rendered) = chat::start(state, &backend, &req.chat, &req.gen).await?;
+        let (generation, rendered) =
+            chat::start(state, &backend, &req.chat, &req.gen, "input").await?;
         let parallel = req.echo["parallel_tool_calls"].as_bool().unwrap_or(true);
         Ok(ResponseRun {
             state: state.clone(),

@@ -69,6 +69,13 @@ fn classify(msg: Option<Result<Message, axum::Error>>) -> Incoming {
 }
 
 async fn session(state: SharedState, mut socket: WebSocket) {
+    serve_events(&state, &mut socket).await;
+    // Completes the closing handshake: tungstenite queues the reply to a client's Close frame
+    // but sends it only on a later read or flush (RFC 6455 5.5.1: the reply is a MUST).
+    let _ = futures_util::SinkExt::close(&mut socket).await;
+}
+
+async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
     let mut queue: VecDeque<Value> = VecDeque::new();
     loop {
         let event = match queue.pop_front() {
@@ -79,10 +86,10 @@ async fn session(state: SharedState, mut socket: WebSocket) {
                 Incoming::Ignore => continue,
             },
         };
-        let mut run = match start(&state, event).await {
+        let mut run = match start(state, event).await {
             Ok(run) => run,
             Err(e) => {
-                if !send(&mut socket, &error_event(&e)).await {
+                if !send(socket, &error_event(&e)).await {
                     return;
                 }
                 continue;
@@ -93,7 +100,7 @@ async fn session(state: SharedState, mut socket: WebSocket) {
                 events = run.next() => {
                     let Some(events) = events else { break };
                     for e in &events {
-                        if !send(&mut socket, e).await {
+                        if !send(socket, e).await {
                             return;
                         }
                     }

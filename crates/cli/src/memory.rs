@@ -1,0 +1,131 @@
+//! The server's memory budget: weights, KV cache (which also holds the prompt cache) and working
+//! buffers must fit in it, decided before anything large is allocated.
+
+use anyhow::{bail, Result};
+use tf_kernels::kv::KvCache;
+use tf_models::Model;
+
+use crate::load::gib;
+
+/// Share of physical memory the server uses when no `--memory-limit-gib` is given.
+pub const DEFAULT_SHARE: f64 = 0.70;
+/// KV positions a request may need beyond its context: one window of guesses past its last
+/// token (the engine reserves `prompt + max_tokens + MAX_DRAFT + 1` slots), rounded up.
+const WINDOW_POSITIONS: usize = 2 * tf_kernels::kv::BLOCK_SIZE + tf_engine::cost::MAX_DRAFT;
+/// Runtime, tokenizer, HTTP and allocator slack, beside the model's own buffers.
+const FIXED_OVERHEAD: u64 = 384 << 20;
+
+/// Physical memory, or the cgroup limit when it is lower (containers).
+pub fn physical_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let mut total = total_kb * 1024;
+    for path in [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ] {
+        if let Some(limit) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            total = total.min(limit);
+        }
+    }
+    Some(total)
+}
+
+/// How the budget is spent.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryPlan {
+    pub budget: u64,
+    pub weights: u64,
+    pub buffers: u64,
+    /// KV bytes per position, target and draft model together.
+    pub kv_per_position: u64,
+    /// Longest request (prompt + reply).
+    pub context: usize,
+    /// KV positions in the pool (running requests and the prompt cache share it).
+    pub kv_positions: usize,
+}
+
+impl MemoryPlan {
+    pub fn kv_bytes(&self) -> u64 {
+        self.kv_per_position * self.kv_positions as u64
+    }
+}
+
+fn kv_per_position(m: &Model) -> u64 {
+    KvCache::bytes_per_position(m.config.n_layers, m.config.kv_dim()) as u64
+}
+
+/// Buffers of one step of `rows` rows: activations, and logits when every row wants them.
+fn buffers(m: &Model, rows: usize) -> u64 {
+    let c = &m.config;
+    let per_row = 4 * (6 * c.d_model + 3 * c.ffn_dim + c.vocab) as u64;
+    per_row * rows as u64
+}
+
+/// Plans the memory of a server of `target` (and `draft`): `context` is the requested one (else
+/// the largest that fits one whole request beside the weights, at most `max_context`); the KV
+/// pool holds `parallel` whole contexts when the budget allows, at least one.
+pub fn plan(
+    budget: u64,
+    target: &Model,
+    draft: Option<&Model>,
+    requested_context: Option<usize>,
+    max_context: usize,
+    parallel: usize,
+    step_rows: usize,
+) -> Result<MemoryPlan> {
+    let weights = target.weight_bytes() as u64 + draft.map_or(0, |d| d.weight_bytes() as u64);
+    let buffers =
+        FIXED_OVERHEAD + buffers(target, step_rows) + draft.map_or(0, |d| buffers(d, step_rows));
+    let kv_per_position = kv_per_position(target) + draft.map_or(0, kv_per_position);
+    let fixed = weights + buffers;
+    // The smallest useful server: one request of 256 positions.
+    let min_positions = 256 + WINDOW_POSITIONS as u64;
+    if fixed + kv_per_position * min_positions > budget {
+        bail!(
+            "the model does not fit in the memory budget: it needs at least {:.2} GiB (weights \
+             {:.2} GiB, buffers {:.2} GiB, KV for {min_positions} positions {:.2} GiB) and the \
+             budget is {:.2} GiB (raise --memory-limit-gib)",
+            gib(fixed + kv_per_position * min_positions),
+            gib(weights),
+            gib(buffers),
+            gib(kv_per_position * min_positions),
+            gib(budget)
+        );
+    }
+    let fits = ((budget - fixed) / kv_per_position) as usize - WINDOW_POSITIONS;
+    let trained = target.config.context_len;
+    let context = match requested_context {
+        Some(c) if c > trained => {
+            bail!("--context {c} is longer than the {trained} positions the model was trained for")
+        }
+        Some(c) if c > fits => bail!(
+            "--context {c} does not fit in the memory budget of {:.2} GiB: beside {:.2} GiB of \
+             weights and buffers there is room for {fits} positions of KV cache (raise \
+             --memory-limit-gib or lower --context)",
+            gib(budget),
+            gib(fixed)
+        ),
+        Some(c) => c,
+        None => trained.min(max_context).min(fits),
+    };
+    let kv_positions = fits.min(context.saturating_mul(parallel)).max(context) + WINDOW_POSITIONS;
+    Ok(MemoryPlan {
+        budget,
+        weights,
+        buffers,
+        kv_per_position,
+        context,
+        kv_positions,
+    })
+}
