@@ -47,11 +47,11 @@ pub fn chain_hashes(
 /// Prefix cache counters, since the start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
-    /// Requests that reused at least one cached block.
+    /// Requests that reused at least one cached block (from RAM or from the disk tier).
     pub hits: u64,
-    /// Prompt tokens served from the cache.
+    /// Prompt tokens served from the cache (either tier).
     pub hit_tokens: u64,
-    /// Cached blocks dropped to make room.
+    /// Cached blocks dropped from RAM to make room (with a disk tier, written there first).
     pub evictions: u64,
 }
 
@@ -68,6 +68,12 @@ pub struct BlockPool {
     tick: u64,
     /// Cached, unreferenced blocks kept at most.
     max_cached: usize,
+    /// Whether evicted blocks are reported in `evicted` (a disk tier takes them).
+    report: bool,
+    /// Blocks evicted since the last `drain_evicted`, with the hash they stood for. Their keys
+    /// and values are intact until the block is written again, which the engine only does after
+    /// draining.
+    evicted: Vec<(BlockId, BlockHash)>,
     pub stats: CacheStats,
 }
 
@@ -84,11 +90,55 @@ impl BlockPool {
             lru_tick: vec![0; total],
             tick: 0,
             max_cached: total,
+            report: false,
+            evicted: Vec::new(),
             stats: CacheStats::default(),
         }
     }
 
-    /// Keeps at most `blocks` cached, unreferenced blocks (0 turns the prefix cache off).
+    /// Reports evicted blocks (see [`drain_evicted`](Self::drain_evicted)) from now on. With it
+    /// on, full blocks are indexed even with a cache budget of 0, so that they reach the disk
+    /// tier when released.
+    pub fn report_evictions(&mut self, on: bool) {
+        self.report = on;
+        if !on {
+            self.evicted.clear();
+        }
+    }
+
+    /// The blocks evicted (and their hashes) since the last call, oldest first.
+    pub fn drain_evicted(&mut self) -> Vec<(BlockId, BlockHash)> {
+        std::mem::take(&mut self.evicted)
+    }
+
+    /// Whether evicted blocks wait to be drained.
+    pub fn has_evicted(&self) -> bool {
+        !self.evicted.is_empty()
+    }
+
+    /// Every block with a cached identity: the unreferenced ones least recently used first,
+    /// then those in use.
+    pub fn indexed(&self) -> Vec<(BlockId, BlockHash)> {
+        let mut out: Vec<(BlockId, BlockHash)> = self
+            .lru
+            .values()
+            .map(|&b| {
+                (
+                    b,
+                    self.hash_of[b as usize].expect("cached blocks have a hash"),
+                )
+            })
+            .collect();
+        for (b, h) in self.hash_of.iter().enumerate() {
+            if let (Some(h), true) = (h, self.refs[b] > 0) {
+                out.push((b as BlockId, *h));
+            }
+        }
+        out
+    }
+
+    /// Keeps at most `blocks` cached, unreferenced blocks (0 turns the prefix cache off, unless
+    /// evictions are reported to a disk tier).
     pub fn set_cache_budget(&mut self, blocks: usize) {
         self.max_cached = blocks;
         self.trim_cache();
@@ -113,24 +163,26 @@ impl BlockPool {
             return Some(b);
         }
         let (_, b) = self.lru.pop_first()?;
-        self.forget(b);
-        self.stats.evictions += 1;
+        self.evict(b);
         Some(b)
     }
 
-    /// Drops a block's cached identity.
-    fn forget(&mut self, b: BlockId) {
+    /// Drops a cached block's identity (reporting it if asked to).
+    fn evict(&mut self, b: BlockId) {
         self.lru_tick[b as usize] = 0;
         if let Some(h) = self.hash_of[b as usize].take() {
             self.index.remove(&h);
+            if self.report {
+                self.evicted.push((b, h));
+            }
         }
+        self.stats.evictions += 1;
     }
 
     fn trim_cache(&mut self) {
         while self.lru.len() > self.max_cached {
             let (_, b) = self.lru.pop_first().expect("non-empty");
-            self.forget(b);
-            self.stats.evictions += 1;
+            self.evict(b);
             self.free.push(b);
         }
     }
@@ -151,8 +203,11 @@ impl BlockPool {
     }
 
     /// Returns a sequence's blocks; the last reference to a cached block keeps it cached.
+    /// Blocks are released last first, so that a sequence's later blocks are evicted before its
+    /// earlier ones: a block is only reachable through the chain before it, so evicting a
+    /// prefix's first block would strand all the others.
     pub fn release(&mut self, table: &mut Vec<BlockId>) {
-        for b in table.drain(..) {
+        for b in table.drain(..).rev() {
             let r = &mut self.refs[b as usize];
             *r -= 1;
             if *r > 0 {
@@ -188,7 +243,9 @@ impl BlockPool {
     /// Records that block `b` (in use) holds the full block with chain hash `h`. A block that
     /// already has an identity, or a hash another block already stands for, is left alone.
     pub fn register(&mut self, b: BlockId, h: BlockHash) {
-        if self.max_cached == 0 || self.hash_of[b as usize].is_some() || self.index.contains_key(&h)
+        if (self.max_cached == 0 && !self.report)
+            || self.hash_of[b as usize].is_some()
+            || self.index.contains_key(&h)
         {
             return;
         }
@@ -265,5 +322,60 @@ mod tests {
         assert_eq!(pool.lookup(&hs[1..2]).len(), 1);
         pool.set_cache_budget(0);
         assert_eq!(pool.cached_count(), 0);
+    }
+
+    #[test]
+    fn a_trimmed_sequence_keeps_its_first_blocks() {
+        let mut pool = BlockPool::new(8);
+        let tokens: Vec<TokenId> = (0..64).collect();
+        let hs = hashes(&tokens);
+        let mut table = Vec::new();
+        assert!(pool.grow(&mut table, 64));
+        for (b, h) in table.clone().into_iter().zip(&hs) {
+            pool.register(b, *h);
+        }
+        let first = table[..2].to_vec();
+        pool.set_cache_budget(2);
+        pool.release(&mut table);
+        assert_eq!(pool.cached_count(), 2);
+        assert_eq!(pool.lookup(&hs), first, "the chain's start survives");
+    }
+
+    #[test]
+    fn evictions_are_reported_with_their_hashes_when_asked() {
+        let mut pool = BlockPool::new(3);
+        let tokens: Vec<TokenId> = (0..48).collect();
+        let hs = hashes(&tokens);
+        let mut t = Vec::new();
+        assert!(pool.grow(&mut t, 48));
+        assert_eq!(t, vec![0, 1, 2]);
+        for (b, h) in t.clone().into_iter().zip(&hs) {
+            pool.register(b, *h);
+        }
+        pool.release(&mut t);
+        // Not asked: an eviction leaves nothing behind.
+        assert!(pool.grow(&mut t, 16));
+        assert_eq!(t, vec![2], "the chain's last block goes first");
+        assert!(!pool.has_evicted());
+        pool.release(&mut t);
+        pool.report_evictions(true);
+        assert_eq!(pool.indexed(), vec![(1, hs[1]), (0, hs[0])]);
+        // A free block is no eviction; a cached one taken by grow is.
+        assert!(pool.grow(&mut t, 16));
+        assert!(!pool.has_evicted());
+        assert!(pool.grow(&mut t, 32));
+        assert_eq!(t, vec![2, 1]);
+        assert_eq!(pool.drain_evicted(), vec![(1, hs[1])]);
+        assert!(!pool.has_evicted());
+        // Trimmed by the budget.
+        pool.set_cache_budget(0);
+        assert_eq!(pool.drain_evicted(), vec![(0, hs[0])]);
+        // With reporting on, a budget of 0 still indexes full blocks, and releasing one evicts
+        // (reports) it at once.
+        pool.register(2, hs[2]);
+        assert_eq!(pool.indexed(), vec![(2, hs[2])]);
+        pool.release(&mut t);
+        assert_eq!(pool.drain_evicted(), vec![(2, hs[2])]);
+        assert_eq!(pool.free_count(), 3);
     }
 }

@@ -16,6 +16,7 @@ use crate::request::{Event, FinishReason, Request};
 use crate::runner::{Row, Runner};
 use crate::sampler::Sampler;
 use crate::sequence::Seq;
+use crate::spill::{SpillStats, SpillStore};
 use std::collections::VecDeque;
 use std::time::Instant;
 use tf_core::{SeqId, TokenId};
@@ -89,6 +90,8 @@ pub struct Engine {
     sampler: Sampler,
     /// Prefix cache salt: the runner's model and kernel identity.
     salt: BlockHash,
+    /// The prefix cache's disk tier, if any.
+    spill: Option<SpillStore>,
 }
 
 impl Engine {
@@ -108,6 +111,7 @@ impl Engine {
             round: 0,
             sampler: Sampler::new(),
             salt,
+            spill: None,
         }
     }
 
@@ -119,7 +123,9 @@ impl Engine {
     /// Measures the forward cost of 1..=32 rows (a throwaway sequence, its blocks returned).
     pub fn calibrate(&mut self) -> Result<Vec<(usize, f64)>, EngineError> {
         let mut table = Vec::new();
-        if !self.blocks.grow(&mut table, 32) {
+        let grown = self.blocks.grow(&mut table, 32);
+        self.spill_evicted();
+        if !grown {
             return Err(EngineError::InvalidRequest(
                 "no KV room to calibrate".into(),
             ));
@@ -147,6 +153,7 @@ impl Engine {
             points.push((rows, best.max(floor)));
         }
         self.blocks.release(&mut table);
+        self.spill_evicted();
         self.cost = CostModel::from_points(&points);
         Ok(points)
     }
@@ -240,14 +247,29 @@ impl Engine {
             let reusable = (s.prompt_len() - 1) / BLOCK_SIZE;
             let hashes = chain_hashes(&self.salt, &[], &s.tokens, reusable);
             let cached = self.blocks.lookup(&hashes);
-            let hit = cached.len();
+            let in_ram = cached.len();
+            // The disk tier may continue the chain where RAM stops.
+            let on_disk = self.spill.as_ref().map_or(0, |st| {
+                hashes[in_ram..]
+                    .iter()
+                    .take_while(|h| st.contains(h))
+                    .count()
+            });
             let slots = s.max_slots();
             s.table = cached;
-            if !self.blocks.grow(&mut s.table, slots) {
+            let grown = self.blocks.grow(&mut s.table, slots);
+            if !grown {
                 self.blocks.release(&mut s.table);
+            }
+            // Blocks evicted to make room keep their keys and values until a forward or a load
+            // writes them: save them first.
+            self.spill_evicted();
+            if !grown {
                 self.waiting.push_front(s);
                 break;
             }
+            let range = in_ram..in_ram + on_disk;
+            let hit = in_ram + self.load_spilled(&s.table[range.clone()], &hashes[range]);
             s.hashes = hashes[..hit].to_vec();
             s.kv_len = hit * BLOCK_SIZE;
             s.cached_tokens = s.kv_len;
@@ -272,6 +294,7 @@ impl Engine {
             return Ok(false);
         }
         self.round += 1;
+        debug_assert!(!self.blocks.has_evicted(), "evicted blocks not spilled");
         let plans = self.schedule();
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
@@ -714,9 +737,103 @@ impl Engine {
         self.blocks.cached_count()
     }
 
-    /// Keeps at most `blocks` cached, unreferenced KV blocks (0 turns the prefix cache off).
+    /// Keeps at most `blocks` cached, unreferenced KV blocks in RAM. 0 turns the prefix cache
+    /// off, or, with a disk tier, keeps cached blocks on disk only.
     pub fn set_cache_budget(&mut self, blocks: usize) {
         self.blocks.set_cache_budget(blocks);
+        self.spill_evicted();
+    }
+
+    /// The prefix cache salt (the runner's model and kernel identity): what a
+    /// [`SpillStore`] for this engine must be opened with.
+    pub fn salt(&self) -> BlockHash {
+        self.salt
+    }
+
+    /// Adds a disk tier to the prefix cache: blocks evicted from RAM are written to `store`,
+    /// and admission continues a RAM hit with the blocks found there. Refused (InvalidInput) if
+    /// the store was opened with another salt. Replaces any earlier store.
+    pub fn set_spill(&mut self, store: SpillStore) -> std::io::Result<()> {
+        if *store.salt() != self.salt {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the spill store was opened with another salt than this engine's",
+            ));
+        }
+        self.spill = Some(store);
+        self.blocks.report_evictions(true);
+        Ok(())
+    }
+
+    /// The disk tier's counters, if there is one.
+    pub fn spill_stats(&self) -> Option<SpillStats> {
+        self.spill.as_ref().map(SpillStore::stats)
+    }
+
+    /// The disk tier, if any (for inspection).
+    pub fn spill(&self) -> Option<&SpillStore> {
+        self.spill.as_ref()
+    }
+
+    /// Writes every cached block that is not on disk yet (the RAM cache keeps them too), least
+    /// recently used first; for a shutdown, so that a restarted engine finds them. Returns the
+    /// blocks written.
+    pub fn spill_all(&mut self) -> usize {
+        self.spill_evicted();
+        let Some(store) = &mut self.spill else {
+            return 0;
+        };
+        let mut written = 0;
+        for (b, h) in self.blocks.indexed() {
+            if store.contains(&h) {
+                continue;
+            }
+            if let Some(data) = self.runner.block_data(b) {
+                written += usize::from(store.put(&h, &data));
+            }
+        }
+        written
+    }
+
+    /// Writes the blocks the pool has evicted since the last call to the disk tier (those
+    /// already there are only marked used). Called right after every `grow`, `release` and
+    /// budget change, before anything can write to the blocks.
+    fn spill_evicted(&mut self) {
+        let evicted = self.blocks.drain_evicted();
+        let Some(store) = &mut self.spill else {
+            return;
+        };
+        for (b, h) in evicted {
+            if store.contains(&h) {
+                store.touch(&h);
+            } else if let Some(data) = self.runner.block_data(b) {
+                store.put(&h, &data);
+            }
+        }
+    }
+
+    /// Loads the chain `hashes` from the disk tier into the fresh blocks `blocks`, as far as
+    /// the files are there and sound, registering each in the RAM cache. Returns how many.
+    fn load_spilled(&mut self, blocks: &[tf_core::BlockId], hashes: &[BlockHash]) -> usize {
+        let Some(store) = &mut self.spill else {
+            return 0;
+        };
+        let mut n = 0;
+        for (&b, h) in blocks.iter().zip(hashes) {
+            let Some(data) = store.get(h) else { break };
+            if !self.runner.load_block(b, &data) {
+                store.discard(h);
+                break;
+            }
+            self.blocks.register(b, *h);
+            n += 1;
+        }
+        // A chain's first blocks are its most valuable (the rest are only reachable through
+        // them): make them the most recently used.
+        for h in hashes[..n].iter().rev() {
+            store.touch(h);
+        }
+        n
     }
 
     /// Finishes and frees every sequence that is done.
@@ -727,6 +844,7 @@ impl Engine {
                 let mut s = self.running.swap_remove(i);
                 let _ = s.events.send(Event::Done(s.receipt()));
                 self.blocks.release(&mut s.table);
+                self.spill_evicted();
                 for m in &mut self.models {
                     m.release(s.id);
                 }

@@ -18,6 +18,7 @@ enum Command {
     ),
     Cancel(SeqId),
     Stats(oneshot::Sender<EngineStats>),
+    SpillAll(oneshot::Sender<usize>),
 }
 
 /// A snapshot of the engine's load.
@@ -30,9 +31,12 @@ pub struct EngineStats {
     /// Of those, blocks holding a cached prefix.
     pub cached_blocks: usize,
     pub cache: crate::blocks::CacheStats,
+    /// The prefix cache's disk tier, if it has one.
+    pub spill: Option<crate::spill::SpillStats>,
 }
 
-/// Cheap to clone; the engine thread stops when every handle is gone and it is idle.
+/// Cheap to clone; the engine thread stops when every handle is gone and it is idle (after
+/// writing its cached blocks to the disk tier, if it has one: `Engine::spill_all`).
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Command>,
@@ -83,6 +87,15 @@ impl EngineHandle {
         self.tx.send(Command::Stats(rtx)).ok()?;
         rrx.blocking_recv().ok()
     }
+
+    /// Writes every cached KV block not on disk yet to the disk tier (`Engine::spill_all`),
+    /// e.g. before the process exits; the number written (0 without a disk tier), or None if
+    /// the engine has stopped. Runs between steps.
+    pub fn spill_all(&self) -> Option<usize> {
+        let (rtx, rrx) = oneshot::channel();
+        self.tx.send(Command::SpillAll(rtx)).ok()?;
+        rrx.blocking_recv().ok()
+    }
 }
 
 impl EngineHandle {
@@ -90,6 +103,13 @@ impl EngineHandle {
     pub async fn stats_async(&self) -> Option<EngineStats> {
         let (rtx, rrx) = oneshot::channel();
         self.tx.send(Command::Stats(rtx)).ok()?;
+        rrx.await.ok()
+    }
+
+    /// Like [`spill_all`](Self::spill_all), for async callers.
+    pub async fn spill_all_async(&self) -> Option<usize> {
+        let (rtx, rrx) = oneshot::channel();
+        self.tx.send(Command::SpillAll(rtx)).ok()?;
         rrx.await.ok()
     }
 }
@@ -100,7 +120,10 @@ fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
         let first = if engine.is_idle() {
             match rx.recv() {
                 Ok(c) => Some(c),
-                Err(_) => return,
+                Err(_) => {
+                    engine.spill_all();
+                    return;
+                }
             }
         } else {
             None
@@ -118,7 +141,11 @@ fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
                     free_blocks: engine.free_blocks(),
                     cached_blocks: engine.cached_blocks(),
                     cache: engine.cache_stats(),
+                    spill: engine.spill_stats(),
                 });
+            }
+            Command::SpillAll(reply) => {
+                let _ = reply.send(engine.spill_all());
             }
         };
         if let Some(c) = first {
@@ -137,6 +164,7 @@ fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
         // A failed forward is reported to its requests; the engine keeps serving the others.
         let _ = engine.step();
         if disconnected && engine.is_idle() {
+            engine.spill_all();
             return;
         }
     }

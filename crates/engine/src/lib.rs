@@ -10,6 +10,7 @@
 //! * [`proposer`]: guessers (context copies, draft models).
 //! * [`cost`]: window sizing from measured forward costs and acceptance rates.
 //! * [`handle`]: the engine on its own thread, with per-request event streams.
+//! * [`blocks`]: KV block ids and the prefix cache; [`spill`]: its disk tier.
 
 pub mod blocks;
 pub mod cost;
@@ -22,6 +23,7 @@ pub mod request;
 pub mod runner;
 pub mod sampler;
 mod sequence;
+pub mod spill;
 
 pub use engine::{Engine, EngineConfig};
 pub use error::EngineError;
@@ -31,3 +33,4 @@ pub use runner::{ModelRunner, Runner};
 pub use sampler::{
     default_seed, gumbel, philox4x32_10, sample, Sampler, SamplerError, SamplingParams,
 };
+pub use spill::{SpillStats, SpillStore};

@@ -26,6 +26,58 @@ pub trait Runner: Send {
     fn cache_salt(&self) -> BlockHash {
         [0; 32]
     }
+    /// The keys and values of block `b` (all layers; see `KvCache::read_block` for the layout),
+    /// for the prefix cache's disk tier; `None` if this runner cannot export blocks.
+    fn block_data(&self, _b: tf_core::BlockId) -> Option<Vec<f32>> {
+        None
+    }
+    /// Overwrites block `b` with `data` as [`block_data`](Self::block_data) returned it; false
+    /// (and nothing written) if unsupported or `data` has the wrong length.
+    fn load_block(&mut self, _b: tf_core::BlockId, _data: &[f32]) -> bool {
+        false
+    }
+}
+
+/// Bumped whenever the arithmetic behind a position's keys and values changes, so that cached
+/// blocks (on disk, across restarts) written by an older build are never taken.
+const KV_FORMAT: &str = concat!("tensorfold-kv-f32-v1-", env!("CARGO_PKG_VERSION"));
+
+/// Content samples of a model file (or of every file of a model directory): its length, its first
+/// 8 MiB (header, metadata, first tensors) and 64 KiB at 64 places through it. Cheap (about
+/// 12 MiB read, from the page cache of the mapped file) and enough to tell two checkpoints of
+/// the same shape apart.
+fn fingerprint_path(path: &std::path::Path, h: &mut sha2::Sha256) {
+    use sha2::Digest;
+    use std::io::{Read, Seek, SeekFrom};
+    const HEAD: u64 = 8 << 20;
+    const SAMPLE: u64 = 64 << 10;
+    const PLACES: u64 = 64;
+    let mut files: Vec<std::path::PathBuf> = if path.is_dir() {
+        std::fs::read_dir(path)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files.sort();
+    for file in files.iter().filter(|f| f.is_file()) {
+        h.update(file.file_name().map_or(&[][..], |n| n.as_encoded_bytes()));
+        let Ok(mut f) = std::fs::File::open(file) else {
+            continue;
+        };
+        let len = f.metadata().map_or(0, |m| m.len());
+        h.update(len.to_le_bytes());
+        let mut read_at = |at: u64, n: u64| {
+            let mut buf = vec![0u8; n.min(len.saturating_sub(at)) as usize];
+            if f.seek(SeekFrom::Start(at)).is_ok() && f.read_exact(&mut buf).is_ok() {
+                h.update(&buf);
+            }
+        };
+        read_at(0, HEAD);
+        for i in 1..=PLACES {
+            read_at(len / (PLACES + 1) * i, SAMPLE);
+        }
+    }
 }
 
 /// A real model with its KV cache.
@@ -77,19 +129,24 @@ impl Runner for ModelRunner {
             self.kv.copy_slot(table, from, to);
         }
     }
+    fn block_data(&self, b: tf_core::BlockId) -> Option<Vec<f32>> {
+        ((b as usize) < self.kv.blocks).then(|| self.kv.read_block(b))
+    }
+    fn load_block(&mut self, b: tf_core::BlockId, data: &[f32]) -> bool {
+        if (b as usize) >= self.kv.blocks || data.len() != self.kv.block_floats() {
+            return false;
+        }
+        self.kv.write_block(b, data);
+        true
+    }
     fn cache_salt(&self) -> BlockHash {
         use sha2::{Digest, Sha256};
         let m = &self.model;
         let mut h = Sha256::new();
-        h.update(concat!("tensorfold-kv-", env!("CARGO_PKG_VERSION")));
-        h.update(m.path().to_string_lossy().as_bytes());
-        h.update(
-            std::fs::metadata(m.path())
-                .map_or(0, |md| md.len())
-                .to_le_bytes(),
-        );
+        h.update(KV_FORMAT);
         h.update(format!("{:?}", m.config).as_bytes());
         h.update(m.level.name().as_bytes());
+        fingerprint_path(m.path(), &mut h);
         h.finalize().into()
     }
 }

@@ -120,6 +120,11 @@ fn a_tiny_cache_budget_evicts_and_stays_exact() {
             run.receipt.cached_tokens <= 3 * 16,
             "turn {t}: more than the budget was kept"
         );
+        // The kept blocks are the prefix's first ones (released last-first, so the oldest
+        // positions are the most recently used): every resumed turn starts from them.
+        if t > 0 {
+            assert_eq!(run.receipt.cached_tokens, 3 * 16, "turn {t}");
+        }
     }
     assert!(b.engine.cache_stats().evictions > 0, "nothing was evicted");
     assert!(b.engine.cached_blocks() <= 3);

@@ -145,6 +145,42 @@ impl Metrics {
             "counter",
             stats.cache.evictions as f64,
         );
+        let spill = stats.spill.unwrap_or_default();
+        for (name, help, kind, v) in [
+            (
+                "prefix_cache_disk_writes_total",
+                "Cached blocks written to the disk tier.",
+                "counter",
+                spill.writes,
+            ),
+            (
+                "prefix_cache_disk_reads_total",
+                "Cached blocks read back from the disk tier and verified.",
+                "counter",
+                spill.reads,
+            ),
+            (
+                "prefix_cache_disk_failures_total",
+                "Disk-tier files found missing, truncated or corrupt (the request fell back to \
+                 prefill), and failed writes.",
+                "counter",
+                spill.failures,
+            ),
+            (
+                "prefix_cache_disk_evictions_total",
+                "Disk-tier files deleted to stay within the disk budget.",
+                "counter",
+                spill.evictions,
+            ),
+            (
+                "prefix_cache_disk_bytes",
+                "Bytes held by the disk tier.",
+                "gauge",
+                spill.bytes,
+            ),
+        ] {
+            gauge(name, help, kind, v as f64);
+        }
         let load = |c: &AtomicU64| c.load(Relaxed) as f64;
         let counters = [
             (

@@ -84,6 +84,16 @@ impl Loaded {
     }
 
     pub fn backend_with_context(&self, kv_positions: usize, context: usize) -> Backend {
+        self.backend_with(kv_positions, context, None)
+    }
+
+    /// `cache_blocks`: the prefix cache budget in blocks (`Some(0)`: no prompt cache).
+    pub fn backend_with(
+        &self,
+        kv_positions: usize,
+        context: usize,
+        cache_blocks: Option<usize>,
+    ) -> Backend {
         let tokenizer = self.tokenizer();
         let source = tokenizer
             .chat_template()
@@ -103,6 +113,10 @@ impl Loaded {
             },
             CostModel::flat(),
         );
+        let mut engine = engine;
+        if let Some(blocks) = cache_blocks {
+            engine.set_cache_budget(blocks);
+        }
         let total_blocks = engine.free_blocks();
         // The engine thread ends when every handle is gone and it is idle.
         let (engine, _join) = EngineHandle::spawn(engine);

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cache;
 mod disconnect;
 mod exactness;
 mod streams;
