@@ -7,6 +7,9 @@ mod bench;
 mod cells;
 mod chat;
 mod generate;
+mod gpu_check;
+#[cfg(feature = "cuda")]
+mod gpu_check_ops;
 mod info;
 mod lanes;
 mod load;
@@ -17,6 +20,7 @@ mod pull;
 mod run;
 mod sample;
 mod serve;
+mod synth;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -85,6 +89,10 @@ enum Command {
     /// Measure the drafting engine on the code/chat/edit cells (drafted vs serial, exactness
     /// checked), or raw prefill/decode speed with --raw.
     Bench(bench::BenchArgs),
+    /// Write a model with a real model's shapes and tensor types and random weights.
+    Synth(synth::SynthArgs),
+    /// Check every GPU kernel against the CPU, bit for bit (needs the `cuda` feature).
+    GpuCheck(gpu_check::GpuCheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +104,8 @@ fn main() -> ExitCode {
         Command::Pull(args) => pull::run(args, &cli.global),
         Command::Bench(args) => bench::run(args, &cli.global),
         Command::Serve(args) => serve::run(args, &cli.global),
+        Command::Synth(args) => synth::run(args, &cli.global),
+        Command::GpuCheck(args) => gpu_check::run(args, &cli.global),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

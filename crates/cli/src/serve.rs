@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use tf_engine::{EngineConfig, EngineHandle};
+use tf_engine::{EngineConfig, EngineHandle, SpillStore};
 use tf_server::{AppState, Backend, SamplingDefaults, ServerConfig};
 use tf_text::ChatTemplate;
 
@@ -83,6 +83,18 @@ pub struct ServeArgs {
     /// first when requests need room; default: the whole pool).
     #[arg(long, value_name = "GIB")]
     pub prompt_cache_gib: Option<f64>,
+    /// Keep evicted prompt-cache blocks in this directory (checksummed files, reused after a
+    /// restart with the same model).
+    #[arg(long, value_name = "DIR")]
+    pub prompt_cache_dir: Option<PathBuf>,
+    /// Disk budget of --prompt-cache-dir.
+    #[arg(
+        long,
+        value_name = "GIB",
+        default_value_t = 10.0,
+        requires = "prompt_cache_dir"
+    )]
+    pub spill_gib: f64,
     /// Requests allowed to wait for room; beyond this, 503 with Retry-After.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_queue: usize,
@@ -219,6 +231,27 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         None => engine.free_blocks(),
     };
     engine.set_cache_budget(cache_blocks);
+    let spill = match &args.prompt_cache_dir {
+        Some(dir) => {
+            if !(args.spill_gib.is_finite() && args.spill_gib > 0.0) {
+                bail!(
+                    "--spill-gib must be a positive number, got {}",
+                    args.spill_gib
+                );
+            }
+            let budget = (args.spill_gib * (1u64 << 30) as f64) as u64;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create --prompt-cache-dir {}", dir.display()))?;
+            let store = SpillStore::open(dir, budget, engine.salt())
+                .with_context(|| format!("cannot open --prompt-cache-dir {}", dir.display()))?;
+            let found = store.stats();
+            engine
+                .set_spill(store)
+                .with_context(|| format!("cannot use --prompt-cache-dir {}", dir.display()))?;
+            Some((dir.clone(), budget, found))
+        }
+        None => None,
+    };
     let tokenizer = lanes.tokenizer;
     let template = match tokenizer.chat_template() {
         Some(source) => Some(
@@ -257,6 +290,16 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         gib(cache_blocks as u64 * mem.kv_per_position * tf_kernels::kv::BLOCK_SIZE as u64),
         gib(mem.buffers),
     );
+    if let Some((dir, budget, found)) = &spill {
+        eprintln!(
+            "disk cache {} (budget {:.2} GiB; {} cached blocks found, {:.2} GiB)",
+            dir.display(),
+            gib(*budget),
+            found.files,
+            gib(found.bytes)
+        );
+    }
+    let shutdown_handle = engine.clone();
     state.set_backend(Backend {
         engine,
         tokenizer,
@@ -267,11 +310,46 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         drafts: !args.no_drafts,
     });
     eprintln!("TensorFold ready: listening on http://{bound} (OpenAI API at http://{bound}/v1)");
-    let result = runtime.block_on(server);
+    // Ctrl-C or SIGTERM: write the prompt cache to disk (when there is a disk tier), then stop.
+    let result = runtime.block_on(async move {
+        tokio::select! {
+            r = server => Some(r),
+            _ = shutdown_signal() => None,
+        }
+    });
+    if spill.is_some() {
+        eprintln!("TensorFold stopping: writing the prompt cache to disk");
+        if let Some(n) = shutdown_handle.spill_all() {
+            eprintln!("wrote {n} cached blocks");
+        }
+    }
     match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(anyhow!(e).context("the HTTP server failed")),
-        Err(e) => Err(anyhow!(e).context("the HTTP server task failed")),
+        None | Some(Ok(Ok(()))) => Ok(()),
+        Some(Ok(Err(e))) => Err(anyhow!(e).context("the HTTP server failed")),
+        Some(Err(e)) => Err(anyhow!(e).context("the HTTP server task failed")),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
     }
 }
 

@@ -26,6 +26,13 @@ pub struct SynthSpec {
     /// `None` = output head tied to the embedding.
     pub output_dtype: Option<DType>,
     pub seed: u64,
+    /// Per-tensor type overrides by full GGUF name (`blk.3.ffn_down.weight`), as llama.cpp's
+    /// mixed quantizations (Q4_K_M) give some layers more bits. Default: none.
+    pub overrides: Vec<(String, DType)>,
+    /// Embed a minimal valid byte-level BPE tokenizer (256 byte tokens, one merge, fillers up
+    /// to `vocab`, an end-of-text token last), so the file loads like a real model. Default:
+    /// false.
+    pub tokenizer: bool,
 }
 
 impl SynthSpec {
@@ -47,12 +54,109 @@ impl SynthSpec {
             embed_dtype: dtype,
             output_dtype: Some(dtype),
             seed: 1,
+            overrides: Vec::new(),
+            tokenizer: false,
         }
+    }
+
+    /// A model of the given shape with every matrix of one type, no overrides, no tokenizer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn shaped(
+        arch: &'static str,
+        n_layers: usize,
+        d_model: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        ffn_dim: usize,
+        vocab: usize,
+        context_len: usize,
+        rope_base: f32,
+        dtype: DType,
+    ) -> SynthSpec {
+        SynthSpec {
+            arch,
+            n_layers,
+            d_model,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim,
+            vocab,
+            context_len,
+            rope_base,
+            ..SynthSpec::tiny(arch, dtype)
+        }
+    }
+
+    fn dtype_of(&self, name: &str, default: DType) -> DType {
+        self.overrides
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(default, |(_, t)| *t)
     }
 }
 
-/// The GGUF of `spec` (metadata and tensors; no tokenizer).
+/// What a synthetic tensor holds.
+enum Fill {
+    /// `random_blocks(dtype, n, seed)`.
+    Random(u64),
+    /// A norm weight: `1 + (i % 7) * 0.05`.
+    Norm,
+}
+
+struct Planned {
+    name: String,
+    dims: Vec<usize>,
+    dtype: DType,
+    fill: Fill,
+}
+
+impl Planned {
+    fn elems(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        match self.fill {
+            Fill::Random(seed) => random_blocks(self.dtype, self.elems(), seed),
+            Fill::Norm => (0..self.elems())
+                .flat_map(|i| (1.0f32 + (i % 7) as f32 * 0.05).to_le_bytes())
+                .collect(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        let n = self.elems();
+        n.div_ceil(self.dtype.block_elems()) * self.dtype.block_bytes()
+    }
+}
+
+/// The GGUF of `spec` (metadata and tensors; a tokenizer only if `spec.tokenizer`), in memory.
 pub fn synth_gguf(spec: &SynthSpec) -> GgufWriter {
+    let (mut w, plan) = metadata_and_plan(spec);
+    for t in &plan {
+        w.tensor(&t.name, &t.dims, t.dtype, t.bytes());
+    }
+    w
+}
+
+/// Writes the GGUF of `spec` to `path` one tensor at a time (a 7B-shaped model never has two
+/// tensors in memory). Same bytes as `synth_gguf(spec).write(path)`.
+pub fn write_synth_gguf(spec: &SynthSpec, path: &std::path::Path) -> tf_weights::Result<()> {
+    let (mut w, plan) = metadata_and_plan(spec);
+    for t in &plan {
+        w.tensor_deferred(&t.name, &t.dims, t.dtype, t.len());
+    }
+    let mut next = plan.iter();
+    w.write_streaming(path, |name| {
+        let t = next.next().expect("one fill per deferred tensor");
+        debug_assert_eq!(t.name, name);
+        t.bytes()
+    })
+}
+
+fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
     let mut w = GgufWriter::new();
     let a = spec.arch;
     w.meta("general.architecture", MetaValue::String(a.to_string()));
@@ -74,19 +178,29 @@ pub fn synth_gguf(spec: &SynthSpec) -> GgufWriter {
         &format!("{a}.attention.layer_norm_rms_epsilon"),
         MetaValue::F32(1e-6),
     );
+    if spec.tokenizer {
+        put_tokenizer(&mut w, spec.vocab);
+    }
+    let mut plan = Vec::new();
     let mut seed = spec.seed;
-    let mut tensor = |w: &mut GgufWriter, name: &str, dims: &[usize], dtype: DType| {
+    let mut tensor = |plan: &mut Vec<Planned>, name: &str, dims: &[usize], dtype: DType| {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let n: usize = dims.iter().product();
-        w.tensor(name, dims, dtype, random_blocks(dtype, n, seed));
+        plan.push(Planned {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            dtype: spec.dtype_of(name, dtype),
+            fill: Fill::Random(seed),
+        });
     };
-    let norm = |w: &mut GgufWriter, name: &str, n: usize| {
-        let data: Vec<u8> = (0..n)
-            .flat_map(|i| (1.0f32 + (i % 7) as f32 * 0.05).to_le_bytes())
-            .collect();
-        w.tensor(name, &[n], DType::F32, data);
+    let norm = |plan: &mut Vec<Planned>, name: &str, n: usize| {
+        plan.push(Planned {
+            name: name.to_string(),
+            dims: vec![n],
+            dtype: DType::F32,
+            fill: Fill::Norm,
+        });
     };
     let (d, q, kv, f) = (
         spec.d_model,
@@ -94,36 +208,98 @@ pub fn synth_gguf(spec: &SynthSpec) -> GgufWriter {
         spec.n_kv_heads * spec.head_dim,
         spec.ffn_dim,
     );
-    tensor(
-        &mut w,
-        "token_embd.weight",
-        &[d, spec.vocab],
-        spec.embed_dtype,
-    );
-    norm(&mut w, "output_norm.weight", d);
+    let p = &mut plan;
+    tensor(p, "token_embd.weight", &[d, spec.vocab], spec.embed_dtype);
+    norm(p, "output_norm.weight", d);
     if let Some(t) = spec.output_dtype {
-        tensor(&mut w, "output.weight", &[d, spec.vocab], t);
+        tensor(p, "output.weight", &[d, spec.vocab], t);
     }
     for i in 0..spec.n_layers {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        norm(&mut w, &p("attn_norm.weight"), d);
-        norm(&mut w, &p("ffn_norm.weight"), d);
-        tensor(&mut w, &p("attn_q.weight"), &[d, q], spec.matrix_dtype);
-        tensor(&mut w, &p("attn_k.weight"), &[d, kv], spec.matrix_dtype);
-        tensor(&mut w, &p("attn_v.weight"), &[d, kv], spec.matrix_dtype);
-        tensor(&mut w, &p("attn_output.weight"), &[q, d], spec.matrix_dtype);
-        tensor(&mut w, &p("ffn_gate.weight"), &[d, f], spec.matrix_dtype);
-        tensor(&mut w, &p("ffn_up.weight"), &[d, f], spec.matrix_dtype);
-        tensor(&mut w, &p("ffn_down.weight"), &[f, d], spec.down_dtype);
+        let n = |s: &str| format!("blk.{i}.{s}");
+        norm(p, &n("attn_norm.weight"), d);
+        norm(p, &n("ffn_norm.weight"), d);
+        tensor(p, &n("attn_q.weight"), &[d, q], spec.matrix_dtype);
+        tensor(p, &n("attn_k.weight"), &[d, kv], spec.matrix_dtype);
+        tensor(p, &n("attn_v.weight"), &[d, kv], spec.matrix_dtype);
+        tensor(p, &n("attn_output.weight"), &[q, d], spec.matrix_dtype);
+        tensor(p, &n("ffn_gate.weight"), &[d, f], spec.matrix_dtype);
+        tensor(p, &n("ffn_up.weight"), &[d, f], spec.matrix_dtype);
+        tensor(p, &n("ffn_down.weight"), &[f, d], spec.down_dtype);
         if a == "qwen2" {
-            tensor(&mut w, &p("attn_q.bias"), &[q], DType::F32);
-            tensor(&mut w, &p("attn_k.bias"), &[kv], DType::F32);
-            tensor(&mut w, &p("attn_v.bias"), &[kv], DType::F32);
+            tensor(p, &n("attn_q.bias"), &[q], DType::F32);
+            tensor(p, &n("attn_k.bias"), &[kv], DType::F32);
+            tensor(p, &n("attn_v.bias"), &[kv], DType::F32);
         }
         if a == "qwen3" {
-            norm(&mut w, &p("attn_q_norm.weight"), spec.head_dim);
-            norm(&mut w, &p("attn_k_norm.weight"), spec.head_dim);
+            norm(p, &n("attn_q_norm.weight"), spec.head_dim);
+            norm(p, &n("attn_k_norm.weight"), spec.head_dim);
         }
     }
-    w
+    (w, plan)
+}
+
+/// GPT-2's byte-to-character map of byte-level BPE.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    if printable(b) {
+        return char::from(b);
+    }
+    let n = (0..b).filter(|&c| !printable(c)).count() as u32;
+    char::from_u32(256 + n).expect("valid char")
+}
+
+/// A minimal byte-level BPE vocabulary of `vocab` tokens: the 256 bytes (ids 0..256), one
+/// merged token, filler tokens, and `<|endoftext|>` (control, end of sequence) last.
+fn put_tokenizer(w: &mut GgufWriter, vocab: usize) {
+    assert!(
+        vocab >= 258,
+        "a synthetic tokenizer needs at least 258 tokens"
+    );
+    let s = |v: &str| MetaValue::String(v.to_string());
+    let mut tokens: Vec<MetaValue> = (0..=255u8).map(|b| s(&byte_char(b).to_string())).collect();
+    let space_t = format!("{}t", byte_char(b' '));
+    tokens.push(s(&space_t));
+    for i in tokens.len()..vocab - 1 {
+        tokens.push(s(&format!("<|synth_{i}|>")));
+    }
+    tokens.push(s("<|endoftext|>"));
+    let mut types = vec![MetaValue::I32(1); vocab];
+    types[vocab - 1] = MetaValue::I32(3);
+    w.meta("tokenizer.ggml.model", s("gpt2"));
+    w.meta("tokenizer.ggml.pre", s("qwen2"));
+    w.meta("tokenizer.ggml.tokens", MetaValue::Array(tokens));
+    w.meta("tokenizer.ggml.token_type", MetaValue::Array(types));
+    w.meta(
+        "tokenizer.ggml.merges",
+        MetaValue::Array(vec![s(&format!("{} t", byte_char(b' ')))]),
+    );
+    w.meta(
+        "tokenizer.ggml.eos_token_id",
+        MetaValue::U32((vocab - 1) as u32),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_write_equals_in_memory_bytes() {
+        let mut spec = SynthSpec::tiny("qwen2", DType::Q4K);
+        spec.overrides
+            .push(("blk.1.ffn_down.weight".to_string(), DType::Q6K));
+        spec.tokenizer = true;
+        let dir = std::env::temp_dir().join(format!("tf-synth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.gguf");
+        write_synth_gguf(&spec, &path).unwrap();
+        let streamed = std::fs::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(streamed, synth_gguf(&spec).to_bytes());
+        let g = tf_weights::GgufFile::from_bytes(streamed, "m.gguf").unwrap();
+        let t = |n: &str| g.tensor_info(n).unwrap().dtype;
+        assert_eq!(t("blk.1.ffn_down.weight"), DType::Q6K);
+        assert_eq!(t("blk.0.ffn_down.weight"), DType::Q4K);
+        assert_eq!(g.get_str("tokenizer.ggml.model").unwrap(), "gpt2");
+    }
 }

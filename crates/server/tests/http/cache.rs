@@ -12,10 +12,19 @@ use crate::common::{qwen, CONTEXT, KV_POSITIONS, MODEL_ID};
 use crate::{start, Server};
 
 fn server(cache_blocks: Option<usize>, kv_positions: usize, max_queue: usize) -> Server {
+    server_with_context(cache_blocks, kv_positions, max_queue, CONTEXT)
+}
+
+fn server_with_context(
+    cache_blocks: Option<usize>,
+    kv_positions: usize,
+    max_queue: usize,
+    context: usize,
+) -> Server {
     let mut config = ServerConfig::new(MODEL_ID);
     config.max_queue = max_queue;
     let state = AppState::new(config);
-    state.set_backend(qwen().backend_with(kv_positions, CONTEXT, cache_blocks));
+    state.set_backend(qwen().backend_with(kv_positions, context, cache_blocks));
     start(state)
 }
 
@@ -56,8 +65,9 @@ fn chat(s: &Server, messages: &[Value], turn: usize) -> Value {
 
 #[test]
 fn agent_conversation_resumed_from_the_cache_equals_a_fresh_server() {
-    let cached = server(None, KV_POSITIONS, 256);
-    let fresh = server(Some(0), KV_POSITIONS, 256);
+    // The conversation outgrows the usual test context.
+    let cached = server_with_context(None, 8192, 256, 6144);
+    let fresh = server_with_context(Some(0), 8192, 256, 6144);
     let mut messages = vec![
         json!({"role": "system", "content": SYSTEM}),
         json!({"role": "user", "content": "Find where the helper functions are defined."}),

@@ -17,6 +17,8 @@ struct PendingTensor {
     dims: Vec<usize>,
     dtype: DType,
     data: Vec<u8>,
+    /// Bytes of a tensor whose data is produced at write time ([`GgufWriter::tensor_deferred`]).
+    deferred: Option<usize>,
 }
 
 pub struct GgufWriter {
@@ -66,10 +68,43 @@ impl GgufWriter {
             dims: dims.to_vec(),
             dtype,
             data,
+            deferred: None,
         });
     }
 
+    /// Declares a tensor of `len` bytes whose data [`GgufWriter::write_streaming`] asks for when
+    /// it reaches it, so a large file never needs all its tensors in memory at once.
+    pub fn tensor_deferred(&mut self, name: &str, dims: &[usize], dtype: DType, len: usize) {
+        self.tensors.push(PendingTensor {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            dtype,
+            data: Vec::new(),
+            deferred: Some(len),
+        });
+    }
+
+    fn data_len(t: &PendingTensor) -> usize {
+        t.deferred.unwrap_or(t.data.len())
+    }
+
+    /// The whole file in memory. Panics if a tensor is deferred (use
+    /// [`GgufWriter::write_streaming`]).
     pub fn to_bytes(&self) -> Vec<u8> {
+        assert!(
+            self.tensors.iter().all(|t| t.deferred.is_none()),
+            "GgufWriter::to_bytes with deferred tensors"
+        );
+        let mut out = self.header();
+        for t in &self.tensors {
+            out.extend_from_slice(&t.data);
+            pad_to(&mut out, self.alignment);
+        }
+        out
+    }
+
+    /// Metadata and tensor infos, padded to the data alignment.
+    fn header(&self) -> Vec<u8> {
         let a = self.alignment;
         let mut metadata: Vec<(&str, MetaValue)> = self
             .metadata
@@ -100,15 +135,64 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.dtype.ggml_id().to_le_bytes());
             out.extend_from_slice(&(offset as u64).to_le_bytes());
-            offset = align_up(offset + t.data.len(), a).unwrap_or(usize::MAX);
+            offset = align_up(offset + Self::data_len(t), a).unwrap_or(usize::MAX);
         }
 
         pad_to(&mut out, a);
-        for t in &self.tensors {
-            out.extend_from_slice(&t.data);
-            pad_to(&mut out, a);
-        }
         out
+    }
+
+    /// Writes the file tensor by tensor (through a temporary file and a rename, like
+    /// [`GgufWriter::write`]): `fill(name)` is called for each deferred tensor in order and must
+    /// return exactly its declared length, so only one tensor's data is in memory at a time.
+    pub fn write_streaming(
+        &self,
+        path: &Path,
+        mut fill: impl FnMut(&str) -> Vec<u8>,
+    ) -> Result<()> {
+        use std::io::Write;
+        let a = self.alignment;
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "weights".to_string());
+        let tmp = path.with_file_name(format!(".{file_name}.tmp.{}", std::process::id()));
+        let result = (|| -> std::io::Result<()> {
+            let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+            let header = self.header();
+            f.write_all(&header)?;
+            let mut pos = header.len();
+            for t in &self.tensors {
+                let filled;
+                let data: &[u8] = match t.deferred {
+                    Some(len) => {
+                        filled = fill(&t.name);
+                        if filled.len() != len {
+                            return Err(std::io::Error::other(format!(
+                                "tensor {}: {} bytes given, {len} declared",
+                                t.name,
+                                filled.len()
+                            )));
+                        }
+                        &filled
+                    }
+                    None => &t.data,
+                };
+                f.write_all(data)?;
+                pos += data.len();
+                let padded = align_up(pos, a).unwrap_or(pos);
+                f.write_all(&vec![0u8; padded - pos])?;
+                pos = padded;
+            }
+            let f = f.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(crate::WeightsError::io(path, e));
+        }
+        Ok(())
     }
 
     /// Writes the file atomically: a temporary file beside `path`, then a rename.

@@ -1,0 +1,380 @@
+//! The ops `gpu-check` runs: q8 activation quantization, quantized matmuls, RMSNorm, each
+//! against the CPU kernels of `tf_kernels` (themselves checked bitwise against their oracles).
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use tf_core::DType;
+use tf_cuda::Gpu;
+use tf_kernels::actq::{ActBlock, QuantAct};
+use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
+use tf_kernels::ops::{RopeStyle, RopeTable};
+use tf_kernels::{canon, ops, SimdLevel, ThreadPool};
+
+use crate::gpu_check::GpuCheckArgs;
+use crate::GlobalArgs;
+
+/// Inner dimension of the test matrices (a multiple of 256 so every type fits), and columns.
+const K: usize = 1536;
+const N: usize = 1024;
+const TIMING_REPS: usize = 5;
+
+struct Row {
+    op: &'static str,
+    ty: String,
+    rows: usize,
+    equal: usize,
+    total: usize,
+    max_diff: f64,
+    micros: f64,
+}
+
+fn splitmix(s: &mut u64) -> u64 {
+    *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *s;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Activation-like rows: mostly N(0,1)-ish, some outliers, one zero block and one block so
+/// small that 127/amax overflows (the quantizer's zero rule).
+fn activations(rows: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    let mut x: Vec<f32> = (0..rows * k)
+        .map(|i| {
+            let u = (splitmix(&mut s) >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            if i % 211 == 0 {
+                u * 60.0
+            } else {
+                u * 3.0
+            }
+        })
+        .collect();
+    if rows > 1 {
+        x[k..k + 256].fill(0.0);
+        x[k + 256..k + 512].fill(1e-38);
+    }
+    x
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> (usize, f64) {
+    let mut eq = 0;
+    let mut md = 0f64;
+    for (x, y) in a.iter().zip(b) {
+        if x.to_bits() == y.to_bits() {
+            eq += 1;
+        } else {
+            md = md.max((*x as f64 - *y as f64).abs());
+        }
+    }
+    (eq, md)
+}
+
+/// Median wall time of `f` (launch and synchronize) in microseconds.
+fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut t = Vec::new();
+    for _ in 0..TIMING_REPS {
+        let s = Instant::now();
+        f()?;
+        gpu.sync()?;
+        t.push(s.elapsed().as_secs_f64() * 1e6);
+    }
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok(t[t.len() / 2])
+}
+
+pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
+    let max_rows = args.rows.iter().copied().max().unwrap_or(1);
+    if args.rows.iter().any(|&r| r == 0 || r > 64) {
+        bail!("--rows: each count must be in 1..=64");
+    }
+    let cache = global.cache_dir().join("cuda");
+    let gpu = Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?;
+    println!(
+        "gpu: {} (sm_{}{}); kernels {} in {:.1} ms ({} bytes){}",
+        gpu.name,
+        gpu.cc.0,
+        gpu.cc.1,
+        if gpu.program.cached {
+            "loaded from cache"
+        } else {
+            "compiled"
+        },
+        gpu.program.millis,
+        gpu.program.bytes,
+        gpu.program
+            .path
+            .as_ref()
+            .map(|p| format!(", {}", p.display()))
+            .unwrap_or_default()
+    );
+    let again = Gpu::open(args.gpu, Some(&cache))?;
+    println!(
+        "second open: {} in {:.2} ms",
+        if again.program.cached {
+            "loaded from cache (nothing compiled)"
+        } else {
+            "COMPILED AGAIN (cache not used)"
+        },
+        again.program.millis
+    );
+    drop(again);
+
+    let level = tf_kernels::detect();
+    let pool = ThreadPool::with_available_parallelism();
+    let x = activations(max_rows, K, args.seed);
+    let dx = gpu.upload(&x)?;
+    let mut table = Vec::new();
+
+    // q8 activation quantization.
+    for block in [ActBlock::B32, ActBlock::B256] {
+        let want = QuantAct::new(SimdLevel::Scalar, block, &x, max_rows, K);
+        for &rows in &args.rows {
+            let got = gpu.quantize(&dx, rows, K, block)?;
+            let qs = gpu.download(&got.qs)?;
+            let d = gpu.download(&got.d)?;
+            let sums = gpu.download(&got.sums)?;
+            let nd = rows * K / block.values();
+            let ns = rows * K / block.sum_len();
+            let (deq, dmax) = bits_equal(&d, &want.d[..nd]);
+            let qeq = qs.iter().zip(&want.qs).filter(|(a, b)| a == b).count();
+            let seq = sums.iter().zip(&want.sums).filter(|(a, b)| a == b).count();
+            let micros = time(&gpu, || {
+                gpu.quantize(&dx, rows, K, block)?;
+                Ok(())
+            })?;
+            table.push(Row {
+                op: "actq",
+                ty: format!("B{}", block.values()),
+                rows,
+                equal: deq + qeq + seq,
+                total: nd + rows * K + ns,
+                max_diff: dmax,
+                micros,
+            });
+        }
+    }
+
+    // Quantized matmuls.
+    let types = [
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q5_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q5K,
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+    ];
+    for (ti, dtype) in types.into_iter().enumerate() {
+        let wbytes = tf_weights::random_blocks(dtype, N * K, args.seed ^ ((ti as u64 + 1) * 7919));
+        let w = WeightMatrix::new(dtype, K, N, &wbytes).context("weight matrix")?;
+        let acts = Activations::new(level, &x, max_rows, K);
+        let mut want = vec![0f32; max_rows * N];
+        matmul(&pool, &w, &acts, &mut want);
+        let dw = gpu.upload(&wbytes)?;
+        let block = tf_kernels::matmul::act_block(dtype);
+        for &rows in &args.rows {
+            let mut out = gpu.zeros::<f32>(rows * N)?;
+            let act = match block {
+                Some(b) => Some(gpu.quantize(&dx, rows, K, b)?),
+                None => None,
+            };
+            let mut launch = || -> Result<()> {
+                match &act {
+                    Some(a) => gpu.matmul_q(dtype, &dw, N, a, &mut out)?,
+                    None => gpu.matmul_f(dtype, &dw, N, K, &dx, rows, &mut out)?,
+                }
+                Ok(())
+            };
+            launch()?;
+            let micros = time(&gpu, &mut launch)?;
+            let got = gpu.download(&out)?;
+            let (eq, md) = bits_equal(&got, &want[..rows * N]);
+            table.push(Row {
+                op: "matmul",
+                ty: format!("{dtype} {N}x{K}"),
+                rows,
+                equal: eq,
+                total: rows * N,
+                max_diff: md,
+                micros,
+            });
+        }
+    }
+
+    // RMSNorm, at a width that is a multiple of 16 and one that is not.
+    for n in [K, 1000] {
+        let xn = activations(max_rows, n, args.seed ^ 0x5151);
+        let wn: Vec<f32> = (0..n).map(|i| 1.0 + (i % 13) as f32 / 10.0).collect();
+        let mut want = vec![0f32; max_rows * n];
+        for r in 0..max_rows {
+            ops::rms_norm(
+                level,
+                &xn[r * n..(r + 1) * n],
+                &wn,
+                1e-6,
+                &mut want[r * n..(r + 1) * n],
+            );
+        }
+        let (dxn, dwn) = (gpu.upload(&xn)?, gpu.upload(&wn)?);
+        for &rows in &args.rows {
+            let mut out = gpu.zeros::<f32>(rows * n)?;
+            gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out)?;
+            let got = gpu.download(&out)?;
+            let (eq, md) = bits_equal(&got, &want[..rows * n]);
+            let micros = time(&gpu, || {
+                Ok(gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out)?)
+            })?;
+            table.push(Row {
+                op: "rms_norm",
+                ty: format!("f32 n={n}"),
+                rows,
+                equal: eq,
+                total: rows * n,
+                max_diff: md,
+                micros,
+            });
+        }
+    }
+
+    // SwiGLU over an FFN-wide row, gate values wide enough to reach exp's cut-offs.
+    {
+        const F: usize = 8960;
+        let mut s = args.seed ^ 0x5a5a;
+        let mut wide = |scale: f32| -> Vec<f32> {
+            (0..max_rows * F)
+                .map(|_| ((splitmix(&mut s) >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale)
+                .collect()
+        };
+        let (gate, up) = (wide(200.0), wide(4.0));
+        let mut want = vec![0f32; max_rows * F];
+        canon::swiglu(level, &gate, &up, &mut want);
+        let (dg, du) = (gpu.upload(&gate)?, gpu.upload(&up)?);
+        for &rows in &args.rows {
+            let mut out = gpu.zeros::<f32>(rows * F)?;
+            gpu.swiglu(&dg, &du, rows * F, &mut out)?;
+            let got = gpu.download(&out)?;
+            let (eq, md) = bits_equal(&got, &want[..rows * F]);
+            let micros = time(&gpu, || Ok(gpu.swiglu(&dg, &du, rows * F, &mut out)?))?;
+            table.push(Row {
+                op: "swiglu",
+                ty: format!("f32 n={F}"),
+                rows,
+                equal: eq,
+                total: rows * F,
+                max_diff: md,
+                micros,
+            });
+        }
+    }
+
+    // RoPE: Qwen2.5-1.5B's q heads, random positions below 4096, both pair styles.
+    for style in [RopeStyle::Neox, RopeStyle::Interleaved] {
+        let (heads, hd, max_pos) = (12usize, 128usize, 4096usize);
+        let table_cpu = RopeTable::new(hd, 1e6, max_pos);
+        let dcs = gpu.upload(&tf_cuda::ops::rope_table(hd, 1e6, max_pos))?;
+        let xr = activations(max_rows, heads * hd, args.seed ^ 0x7070);
+        let mut s = args.seed;
+        let pos: Vec<i32> = (0..max_rows)
+            .map(|_| (splitmix(&mut s) % max_pos as u64) as i32)
+            .collect();
+        let mut want = xr.clone();
+        for (r, row) in want.chunks_exact_mut(heads * hd).enumerate() {
+            table_cpu.apply(row, hd, pos[r] as usize, style);
+        }
+        let dpos = gpu.upload(&pos)?;
+        for &rows in &args.rows {
+            let mut dxr = gpu.upload(&xr[..rows * heads * hd])?;
+            gpu.rope(&mut dxr, &dpos, rows, heads, hd, hd, style, &dcs)?;
+            let got = gpu.download(&dxr)?;
+            let (eq, md) = bits_equal(&got, &want[..rows * heads * hd]);
+            let micros = time(&gpu, || {
+                Ok(gpu.rope(&mut dxr, &dpos, rows, heads, hd, hd, style, &dcs)?)
+            })?;
+            table.push(Row {
+                op: "rope",
+                ty: format!("{style:?} 12x128"),
+                rows,
+                equal: eq,
+                total: rows * heads * hd,
+                max_diff: md,
+                micros,
+            });
+        }
+    }
+
+    println!("| op | type | rows | bitwise equal | max abs diff | time (µs) |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    let mut failed = 0;
+    for r in &table {
+        if r.equal != r.total {
+            failed += 1;
+        }
+        println!(
+            "| {} | {} | {} | {} of {}{} | {} | {:.1} |",
+            r.op,
+            r.ty,
+            r.rows,
+            r.equal,
+            r.total,
+            if r.equal == r.total { "" } else { " ✗" },
+            if r.max_diff == 0.0 {
+                "0".to_string()
+            } else {
+                format!("{:.3e}", r.max_diff)
+            },
+            r.micros
+        );
+    }
+    println!(
+        "{} checks, {} bitwise equal, {} not (CPU: {})",
+        table.len(),
+        table.len() - failed,
+        failed,
+        level.name()
+    );
+    speed(&gpu, args.seed)?;
+    if failed > 0 {
+        bail!("{failed} GPU checks differ from the CPU");
+    }
+    Ok(())
+}
+
+/// Matmul speed at Qwen2.5-7B's FFN shapes (weights far beyond L2): time per call and weight
+/// bytes read per second, the figure a decode step is bound by.
+fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
+    println!();
+    println!("| matmul speed | n x k | rows | time (µs) | weight GB/s |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    let shapes = [
+        (DType::Q4K, 18944, 3584),
+        (DType::Q6K, 3584, 18944),
+        (DType::Q8_0, 18944, 3584),
+        (DType::Q5_0, 18944, 3584),
+    ];
+    for (dtype, n, k) in shapes {
+        let wbytes = tf_weights::random_blocks(dtype, n * k, seed);
+        let dw = gpu.upload(&wbytes)?;
+        let x = activations(64, k, seed);
+        let dx = gpu.upload(&x)?;
+        let block = tf_kernels::matmul::act_block(dtype).expect("quantized");
+        for rows in [1, 2, 4, 8, 16, 32, 64] {
+            let act = gpu.quantize(&dx, rows, k, block)?;
+            let mut out = gpu.zeros::<f32>(rows * n)?;
+            gpu.matmul_q(dtype, &dw, n, &act, &mut out)?;
+            let micros = time(gpu, || Ok(gpu.matmul_q(dtype, &dw, n, &act, &mut out)?))?;
+            println!(
+                "| {dtype} | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
+                wbytes.len() as f64 / micros / 1e3
+            );
+        }
+    }
+    Ok(())
+}

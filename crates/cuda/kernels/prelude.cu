@@ -1,0 +1,53 @@
+// Shared definitions for every TensorFold kernel. Header-free (NVRTC finds no CUDA headers
+// without an include path): the few types and helpers the kernels need are defined here.
+//
+// Exactness: the program is compiled with --fmad=false, and float steps that the CPU defines
+// also use the explicit round-to-nearest intrinsics, so no multiply-add is ever contracted.
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef short i16;
+typedef unsigned short u16;
+typedef int i32;
+typedef unsigned int u32;
+
+#define FULL_MASK 0xffffffffu
+
+// IEEE half to single, exact: the same bit algorithm as the CPU's `unpack::f16_to_f32`.
+__device__ __forceinline__ float f16_to_f32(u16 h16) {
+    u32 h = h16;
+    u32 sign = (h & 0x8000u) << 16;
+    u32 em = h & 0x7FFFu;
+    u32 bits;
+    if (em < 0x0400u) {
+        float two_m14 = __uint_as_float(113u << 23);
+        bits = __float_as_uint(__fsub_rn(__uint_as_float((113u << 23) | (em << 13)), two_m14));
+    } else if (em < 0x7C00u) {
+        bits = (em << 13) + (112u << 23);
+    } else if (em == 0x7C00u) {
+        bits = 0x7F800000u;
+    } else {
+        bits = 0x7FC00000u | ((em & 0x3FFu) << 13);
+    }
+    return __uint_as_float(sign | bits);
+}
+
+// A little-endian f16 at any byte offset (GGUF blocks are not 2-byte aligned in general).
+__device__ __forceinline__ float f16_at(const u8* p) {
+    return f16_to_f32((u16)(p[0] | (p[1] << 8)));
+}
+
+__device__ __forceinline__ int warp_sum_i32(int v) {
+    for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(FULL_MASK, v, s);
+    return v;
+}
+
+// `reference::block_step`: the one float step per quant block, in ascending block order.
+// shape 0: acc + (d*dx)*isum; 1: acc + ((d*dx)*isum - (dmin*dx)*msum); 2: ... + (dmin*dx)*msum.
+__device__ __forceinline__ float block_step(float acc, int shape, float d, float dmin, float dx,
+                                            int isum, int msum) {
+    float a = __fmul_rn(__fmul_rn(d, dx), __int2float_rn(isum));
+    if (shape == 0) return __fadd_rn(acc, a);
+    float b = __fmul_rn(__fmul_rn(dmin, dx), __int2float_rn(msum));
+    return __fadd_rn(acc, shape == 1 ? __fsub_rn(a, b) : __fadd_rn(a, b));
+}

@@ -1,0 +1,131 @@
+//! tf-cuda: TensorFold's CUDA backend.
+//!
+//! Kernels are CUDA C sources in `crates/cuda/kernels/` (embedded in the binary), compiled at
+//! start-up with NVRTC for the GPU present and cached on disk ([`compile`]). The CUDA libraries
+//! are loaded dynamically, so this crate builds on a machine without CUDA, and [`Gpu::open`]
+//! returns an error (no panic) where no driver or GPU is found.
+//!
+//! Every kernel is row-exact and replays the CPU's integer sums and float chains
+//! (`tf_kernels`), so its results equal the CPU's bit for bit ([`ops`]).
+
+pub mod compile;
+pub mod ops;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("CUDA is not available: {0}")]
+    Unavailable(String),
+    #[error("CUDA driver: {0}")]
+    Driver(String),
+    #[error("NVRTC compilation failed: {0}")]
+    Compile(String),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl From<cudarc::driver::DriverError> for CudaError {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        CudaError::Driver(format!("{e:?}"))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, CudaError>;
+
+/// How the kernel program was obtained at start-up.
+#[derive(Clone, Debug)]
+pub struct ProgramInfo {
+    pub cached: bool,
+    pub millis: f64,
+    pub bytes: usize,
+    pub path: Option<std::path::PathBuf>,
+}
+
+/// One opened GPU with the kernel program loaded.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub module: Arc<CudaModule>,
+    pub name: String,
+    pub cc: (i32, i32),
+    pub program: ProgramInfo,
+}
+
+/// Runs `f`, turning a panic of cudarc's dynamic loader (library or symbol missing) into an error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    match r {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(CudaError::Unavailable(format!("{what}: {msg}")))
+        }
+    }
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal` and loads the kernels, compiling them only when `cache_dir` holds no
+    /// cubin for this source, these options and this GPU.
+    pub fn open(ordinal: usize, cache_dir: Option<&Path>) -> Result<Gpu> {
+        let ctx = guarded("libcuda", || {
+            let n = CudaContext::device_count()?;
+            if n <= ordinal as i32 {
+                return Err(CudaError::Unavailable(format!(
+                    "GPU {ordinal} asked for, {n} found"
+                )));
+            }
+            Ok(CudaContext::new(ordinal)?)
+        })?;
+        let name = ctx.name()?;
+        let cc = ctx.compute_capability()?;
+        let src = compile::program_source();
+        let compiled = guarded("libnvrtc", || compile::cubin(&src, &name, cc, cache_dir))?;
+        let program = ProgramInfo {
+            cached: compiled.cached,
+            millis: compiled.millis,
+            bytes: compiled.cubin.len(),
+            path: compiled.path.clone(),
+        };
+        let module = ctx.load_module(Ptx::from_binary(compiled.cubin))?;
+        let stream = ctx.default_stream();
+        Ok(Gpu {
+            ctx,
+            stream,
+            module,
+            name,
+            cc,
+            program,
+        })
+    }
+
+    pub fn function(&self, name: &str) -> Result<CudaFunction> {
+        Ok(self.module.load_function(name)?)
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
+    }
+}
+
+/// Compiles the kernel program for compute capability `cc` without a GPU (NVRTC alone): the
+/// cubin's size, or `Ok(None)` where libnvrtc is not found.
+pub fn compile_check(cc: (i32, i32)) -> Result<Option<usize>> {
+    let src = compile::program_source();
+    match guarded("libnvrtc", || compile::compile(&src, &compile::options(cc))) {
+        Ok(c) => Ok(Some(c.len())),
+        Err(CudaError::Unavailable(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,314 @@
+//! Host wrappers of the row-exact kernels: upload, launch, download.
+
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use tf_core::DType;
+use tf_kernels::actq::ActBlock;
+use tf_kernels::ops::RopeStyle;
+
+use crate::{CudaError, Gpu, Result};
+
+/// Quantized activation rows on the device (the layout of `tf_kernels::actq::QuantAct`'s
+/// `qs`, `d` and `sums`).
+pub struct DevAct {
+    pub block: ActBlock,
+    pub rows: usize,
+    pub k: usize,
+    pub qs: CudaSlice<i8>,
+    pub d: CudaSlice<f32>,
+    pub sums: CudaSlice<i16>,
+}
+
+/// The matmul kernel of a quantized weight type, `None` where there is none yet.
+pub fn matmul_kernel(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::Q4_0 => "matmul_q4_0",
+        DType::Q4_1 => "matmul_q4_1",
+        DType::Q5_0 => "matmul_q5_0",
+        DType::Q5_1 => "matmul_q5_1",
+        DType::Q8_0 => "matmul_q8_0",
+        DType::Q2K => "matmul_q2k",
+        DType::Q3K => "matmul_q3k",
+        DType::Q4K => "matmul_q4k",
+        DType::Q5K => "matmul_q5k",
+        DType::Q6K => "matmul_q6k",
+        DType::F32 => "matmul_f32",
+        DType::F16 => "matmul_f16",
+        DType::BF16 => "matmul_bf16",
+    })
+}
+
+/// Rows one warp of a quantized matmul handles (`RT` in `matmul_q.cu`): 8 for the k-quants
+/// from 2 rows on (the `_t8` kernels), else 1. Both give every row the same bits (a row's
+/// operations do not depend on its tile), so choosing by row count keeps rows exact; measured
+/// on the H200, tiling helped the k-quants from 4 rows on and slowed single rows and the
+/// legacy types.
+fn row_tile(dtype: DType, rows: usize) -> usize {
+    if dtype.block_elems() == 256 && rows > 1 {
+        8
+    } else {
+        1
+    }
+}
+
+fn grid(n: usize, per_block: usize) -> u32 {
+    n.div_ceil(per_block) as u32
+}
+
+impl Gpu {
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>> {
+        Ok(self.stream.clone_htod(data)?)
+    }
+
+    pub fn download<T: DeviceRepr>(&self, data: &CudaSlice<T>) -> Result<Vec<T>> {
+        Ok(self.stream.clone_dtoh(data)?)
+    }
+
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>> {
+        Ok(self.stream.alloc_zeros(len.max(1))?)
+    }
+
+    /// Quantizes `rows` rows of `k` values (`actq.rs` rules).
+    pub fn quantize(
+        &self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        k: usize,
+        block: ActBlock,
+    ) -> Result<DevAct> {
+        let bl = block.values();
+        let sl = block.sum_len();
+        if !k.is_multiple_of(bl) || x.len() < rows * k {
+            return Err(CudaError::Usage(format!(
+                "quantize: k={k} rows={rows} block {bl}"
+            )));
+        }
+        let n_blocks = rows * k / bl;
+        let mut act = DevAct {
+            block,
+            rows,
+            k,
+            qs: self.zeros(rows * k)?,
+            d: self.zeros(n_blocks)?,
+            sums: self.zeros(rows * k / sl)?,
+        };
+        let f = self.function("actq")?;
+        let (nb, bl, sl) = (n_blocks as i32, bl as i32, sl as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (grid(n_blocks, 128), 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(x)
+            .arg(&nb)
+            .arg(&bl)
+            .arg(&sl)
+            .arg(&mut act.qs)
+            .arg(&mut act.d)
+            .arg(&mut act.sums);
+        // SAFETY: argument types and lengths match the kernel's signature and indexing.
+        unsafe { l.launch(cfg) }?;
+        Ok(act)
+    }
+
+    /// `out[r * n + c] = x[r] · w[c]` for a quantized weight matrix of `n` rows of `x.k` values
+    /// (`w` its raw GGUF blocks).
+    pub fn matmul_q(
+        &self,
+        dtype: DType,
+        w: &CudaSlice<u8>,
+        n: usize,
+        x: &DevAct,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let name = matmul_kernel(dtype)
+            .ok_or_else(|| CudaError::Usage(format!("no GPU matmul for {dtype} yet")))?;
+        let want = tf_kernels::matmul::act_block(dtype);
+        if want != Some(x.block) {
+            return Err(CudaError::Usage(format!(
+                "{dtype} needs activations {want:?}, got {:?}",
+                x.block
+            )));
+        }
+        let row_bytes = dtype
+            .bytes_for(x.k)
+            .ok_or_else(|| CudaError::Usage(format!("k={} does not fit {dtype}", x.k)))?;
+        if w.len() < n * row_bytes || out.len() < x.rows * n {
+            return Err(CudaError::Usage("matmul_q: buffer sizes".into()));
+        }
+        let tile = row_tile(dtype, x.rows);
+        let f = if tile == 1 {
+            self.function(name)?
+        } else {
+            self.function(&format!("{name}_t{tile}"))?
+        };
+        const WARPS: usize = 4;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(n, WARPS), grid(x.rows, tile), 1),
+            block_dim: (32 * WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (ni, ki, ri) = (n as i32, x.k as i32, x.rows as i32);
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(w)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&x.qs)
+            .arg(&x.d)
+            .arg(&x.sums)
+            .arg(&ri)
+            .arg(out);
+        // SAFETY: as above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// `out[r * n + c] = x[r] · w[c]` for float weights (F32, F16, BF16: `w` their raw bytes),
+    /// `x` f32 rows of `k` values, with the canonical dot.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_f(
+        &self,
+        dtype: DType,
+        w: &CudaSlice<u8>,
+        n: usize,
+        k: usize,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if tf_kernels::matmul::act_block(dtype).is_some() {
+            return Err(CudaError::Usage(format!("{dtype} is not a float type")));
+        }
+        let name = matmul_kernel(dtype).expect("float types have kernels");
+        let row_bytes = k * dtype.block_bytes();
+        if w.len() < n * row_bytes || x.len() < rows * k || out.len() < rows * n {
+            return Err(CudaError::Usage("matmul_f: buffer sizes".into()));
+        }
+        let f = self.function(name)?;
+        const HALF_WARPS: usize = 8;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(n, HALF_WARPS), rows as u32, 1),
+            block_dim: (16 * HALF_WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (ni, ki) = (n as i32, k as i32);
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(w).arg(&ni).arg(&ki).arg(x).arg(out);
+        // SAFETY: as above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// RMSNorm of `rows` rows of `n` values (`ops::rms_norm`).
+    pub fn rms_norm(
+        &self,
+        x: &CudaSlice<f32>,
+        weight: &CudaSlice<f32>,
+        n: usize,
+        eps: f32,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if x.len() < rows * n || weight.len() < n || out.len() < rows * n {
+            return Err(CudaError::Usage("rms_norm: buffer sizes".into()));
+        }
+        let f = self.function("rms_norm")?;
+        const WARPS: usize = 4;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(rows, WARPS), 1, 1),
+            block_dim: (32 * WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (ni, ri) = (n as i32, rows as i32);
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(x).arg(weight).arg(&ni).arg(&eps).arg(&ri).arg(out);
+        // SAFETY: as above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// `out[i] = silu(gate[i]) * up[i]` (`canon::swiglu`).
+    pub fn swiglu(
+        &self,
+        gate: &CudaSlice<f32>,
+        up: &CudaSlice<f32>,
+        len: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if gate.len() < len || up.len() < len || out.len() < len {
+            return Err(CudaError::Usage("swiglu: buffer sizes".into()));
+        }
+        let f = self.function("swiglu")?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(len, 256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let n = len as i32;
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(gate).arg(up).arg(&n).arg(out);
+        // SAFETY: as above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Rotates, in place, `rows` rows of `n_heads` heads of `head_dim` values, row r at
+    /// position `pos[r]`; `cs` from [`rope_table`] covering every position used.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        x: &mut CudaSlice<f32>,
+        pos: &CudaSlice<i32>,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        rot_dim: usize,
+        style: RopeStyle,
+        cs: &CudaSlice<f32>,
+    ) -> Result<()> {
+        if x.len() < rows * n_heads * head_dim || pos.len() < rows || rot_dim > head_dim {
+            return Err(CudaError::Usage("rope: buffer sizes".into()));
+        }
+        let f = self.function("rope")?;
+        let threads = rows * n_heads * (rot_dim / 2);
+        let cfg = LaunchConfig {
+            grid_dim: (grid(threads, 256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [rows, n_heads, head_dim, rot_dim].map(|v| v as i32);
+        let style = match style {
+            RopeStyle::Interleaved => 0i32,
+            RopeStyle::Neox => 1,
+        };
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(x)
+            .arg(pos)
+            .arg(&args[0])
+            .arg(&args[1])
+            .arg(&args[2])
+            .arg(&args[3])
+            .arg(&style)
+            .arg(cs);
+        // SAFETY: as above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+}
+
+/// (cos, sin) pairs for positions `0..max_pos` and the `rot_dim / 2` rotary pairs, computed as
+/// `tf_kernels::ops::RopeTable` does (in f64, rounded once), interleaved per pair.
+pub fn rope_table(rot_dim: usize, base: f32, max_pos: usize) -> Vec<f32> {
+    let half = rot_dim / 2;
+    let base = base as f64;
+    let mut t = Vec::with_capacity(max_pos * half * 2);
+    for p in 0..max_pos {
+        for i in 0..half {
+            let theta = base.powf(-2.0 * i as f64 / rot_dim as f64);
+            let a = p as f64 * theta;
+            t.push(a.cos() as f32);
+            t.push(a.sin() as f32);
+        }
+    }
+    t
+}
