@@ -206,3 +206,39 @@ fn info_does_not_fetch() {
     assert!(stderr.contains("tensorfold pull smollm2-135m"), "{stderr}");
     assert!(!empty.join("models").exists());
 }
+
+/// `serve` plans memory before anything large is allocated: a budget smaller than the model is
+/// refused with what it needs, and so is a `--context` that cannot fit beside the weights.
+#[test]
+fn serve_refuses_what_does_not_fit_the_memory_budget() {
+    let model = smollm2();
+    let model = model.to_str().unwrap();
+    let out = run(&["serve", model, "--draft", "none", "--port", "0", "--memory-limit-gib", "0.1"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("does not fit in the memory budget") && err.contains("needs at least"),
+        "{err}"
+    );
+    let out = run(&[
+        "serve",
+        model,
+        "--draft",
+        "none",
+        "--port",
+        "0",
+        "--memory-limit-gib",
+        "0.6",
+        "--context",
+        "8192",
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--context 8192 does not fit in the memory budget"),
+        "{err}"
+    );
+    let out = run(&["serve", model, "--draft", "none", "--port", "0", "--context", "100000"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("longer than the"), "{}", text(&out.stderr));
+}

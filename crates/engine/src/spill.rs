@@ -226,6 +226,7 @@ impl SpillStore {
             }
             let Some(h) = parse_header(&head) else {
                 // Named like ours but not a block file of any salt: damaged.
+                eprintln!("prompt cache: {} is damaged: deleted", entry.path().display());
                 store.delete_file(&hash);
                 store.stats.failures += 1;
                 continue;
@@ -236,6 +237,10 @@ impl SpillStore {
             }
             let size = meta.len();
             if h.hash != hash || h.payload + (HEADER_BYTES + CHECKSUM_BYTES) as u64 != size {
+                eprintln!(
+                    "prompt cache: {} is truncated or misnamed: deleted",
+                    entry.path().display()
+                );
                 store.delete_file(&hash);
                 store.stats.failures += 1;
                 continue;
@@ -366,6 +371,7 @@ impl SpillStore {
             .is_err()
         {
             let _ = fs::remove_file(&tmp);
+            eprintln!("prompt cache: cannot write {}", path.display());
             self.stats.failures += 1;
             return false;
         }
@@ -383,10 +389,10 @@ impl SpillStore {
         }
         let path = self.path_of(hash);
         let data = fs::read(&path)
-            .ok()
-            .and_then(|b| decode(&self.salt, hash, &b).ok());
+            .map_err(|e| e.to_string())
+            .and_then(|b| decode(&self.salt, hash, &b).map_err(str::to_string));
         match data {
-            Some(d) => {
+            Ok(d) => {
                 self.stats.reads += 1;
                 self.touch(hash);
                 // So that the next run's initial order reflects this use (best effort).
@@ -395,7 +401,12 @@ impl SpillStore {
                 }
                 Some(d)
             }
-            None => {
+            Err(why) => {
+                eprintln!(
+                    "prompt cache: {} is unusable ({why}): deleted; the request prefills those \
+                     positions instead",
+                    path.display()
+                );
                 self.discard(hash);
                 None
             }

@@ -52,8 +52,49 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
-/// `out[r]` = attention of query row `q[r]` (all heads) over its keys.
+/// Query heads per KV head handled together at most (grouped-query attention): each key and value
+/// row is loaded once for the whole group.
+const MAX_GROUP: usize = 16;
+
+/// `out[r]` = attention of query row `q[r]` (all heads) over its keys. Jobs are (row, KV head):
+/// the query heads sharing a KV head read each key and value once, and each of them runs exactly
+/// the operations of [`attention_reference`]'s one-head job (the same bits).
 pub fn attention(
+    pool: &ThreadPool,
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    rows: &[RowKeys],
+    kv: KvLayer,
+    out: &mut [f32],
+) {
+    let group = shape.n_heads / shape.n_kv_heads;
+    if group > MAX_GROUP || shape.head_dim > 256 {
+        return attention_reference(pool, level, shape, q, rows, kv, out);
+    }
+    let qd = shape.n_heads * shape.head_dim;
+    assert_eq!(q.len(), rows.len() * qd);
+    assert_eq!(out.len(), rows.len() * qd);
+    let dst = SharedOut(out.as_mut_ptr());
+    let jobs = rows.len() * shape.n_kv_heads;
+    pool.for_ranges(jobs, 1, &|range| {
+        let mut o = vec![0f32; group * shape.head_dim];
+        for job in range {
+            let (r, kvh) = (job / shape.n_kv_heads, job % shape.n_kv_heads);
+            let h0 = kvh * group;
+            let qg = &q[r * qd + h0 * shape.head_dim..r * qd + (h0 + group) * shape.head_dim];
+            group_heads(level, shape, qg, kvh, &rows[r], &kv, &mut o);
+            for (d, v) in o.iter().enumerate() {
+                // SAFETY: each (row, KV head) job writes its own heads' slice of `out`.
+                unsafe { dst.write(r * qd + h0 * shape.head_dim + d, *v) };
+            }
+        }
+    });
+}
+
+/// The same result with one job per (row, head): the plain form of the canonical algorithm, kept
+/// as the reference the grouped kernel must equal bit for bit.
+pub fn attention_reference(
     pool: &ThreadPool,
     level: SimdLevel,
     shape: &AttnShape,
@@ -79,6 +120,115 @@ pub fn attention(
             }
         }
     });
+}
+
+fn group_heads(
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    kvh: usize,
+    keys: &RowKeys,
+    kv: &KvLayer,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if level >= SimdLevel::Avx2 {
+        // SAFETY: AVX2+FMA were detected; the body is the same portable code compiled with FMA.
+        unsafe { group_fma(level, shape, q, kvh, keys, kv, out) };
+        return;
+    }
+    group_body(level, shape, q, kvh, keys, kv, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn group_fma(
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    kvh: usize,
+    keys: &RowKeys,
+    kv: &KvLayer,
+    out: &mut [f32],
+) {
+    group_body(level, shape, q, kvh, keys, kv, out)
+}
+
+/// [`head_body`] for the `G` query heads of one KV head at once: per head, the same operations in
+/// the same order; only the loads of keys and values are shared.
+#[inline(always)]
+fn group_body(
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    kvh: usize,
+    keys: &RowKeys,
+    kv: &KvLayer,
+    out: &mut [f32],
+) {
+    let hd = shape.head_dim;
+    let g_n = q.len() / hd;
+    let mut big_m = [f32::NEG_INFINITY; MAX_GROUP];
+    let mut big_l = [0f32; MAX_GROUP];
+    let mut m = [f32::NEG_INFINITY; MAX_GROUP];
+    let mut l = [0f32; MAX_GROUP];
+    let mut scores = [[0f32; KEY_CHUNK]; MAX_GROUP];
+    let mut oc = vec![0f32; g_n * hd];
+    out.fill(0.0);
+    let mut first = true;
+    for c0 in (0..keys.n_keys).step_by(KEY_CHUNK) {
+        let c1 = (c0 + KEY_CHUNK).min(keys.n_keys);
+        m[..g_n].fill(f32::NEG_INFINITY);
+        for p in c0..c1 {
+            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
+            let k = &kv.k[off..off + hd];
+            for g in 0..g_n {
+                let s = canon::dot(level, &q[g * hd..(g + 1) * hd], k) * shape.scale;
+                scores[g][p - c0] = s;
+                m[g] = m[g].max(s);
+            }
+        }
+        l[..g_n].fill(0.0);
+        oc.fill(0.0);
+        for p in c0..c1 {
+            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
+            let v = &kv.v[off..off + hd];
+            for g in 0..g_n {
+                let e = canon::exp(scores[g][p - c0] - m[g]);
+                l[g] += e;
+                let o = &mut oc[g * hd..(g + 1) * hd];
+                for d in 0..hd {
+                    o[d] = e.mul_add(v[d], o[d]);
+                }
+            }
+        }
+        for g in 0..g_n {
+            let o = &mut out[g * hd..(g + 1) * hd];
+            let c = &oc[g * hd..(g + 1) * hd];
+            if first {
+                big_m[g] = m[g];
+                big_l[g] = l[g];
+                o.copy_from_slice(c);
+            } else {
+                let nm = big_m[g].max(m[g]);
+                let a = canon::exp(big_m[g] - nm);
+                let b = canon::exp(m[g] - nm);
+                big_l[g] = big_l[g] * a + l[g] * b;
+                for d in 0..hd {
+                    o[d] = o[d] * a + c[d] * b;
+                }
+                big_m[g] = nm;
+            }
+        }
+        first = false;
+    }
+    for g in 0..g_n {
+        if big_l[g] > 0.0 {
+            for v in out[g * hd..(g + 1) * hd].iter_mut() {
+                *v /= big_l[g];
+            }
+        }
+    }
 }
 
 /// One head of one query row: the canonical algorithm.
