@@ -213,7 +213,16 @@ fn info_does_not_fetch() {
 fn serve_refuses_what_does_not_fit_the_memory_budget() {
     let model = smollm2();
     let model = model.to_str().unwrap();
-    let out = run(&["serve", model, "--draft", "none", "--port", "0", "--memory-limit-gib", "0.1"]);
+    let out = run(&[
+        "serve",
+        model,
+        "--draft",
+        "none",
+        "--port",
+        "0",
+        "--memory-limit-gib",
+        "0.1",
+    ]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(
@@ -238,7 +247,20 @@ fn serve_refuses_what_does_not_fit_the_memory_budget() {
         err.contains("--context 8192 does not fit in the memory budget"),
         "{err}"
     );
-    let out = run(&["serve", model, "--draft", "none", "--port", "0", "--context", "100000"]);
+    let out = run(&[
+        "serve",
+        model,
+        "--draft",
+        "none",
+        "--port",
+        "0",
+        "--context",
+        "100000",
+    ]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("longer than the"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("longer than the"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -226,7 +226,10 @@ impl SpillStore {
             }
             let Some(h) = parse_header(&head) else {
                 // Named like ours but not a block file of any salt: damaged.
-                eprintln!("prompt cache: {} is damaged: deleted", entry.path().display());
+                eprintln!(
+                    "prompt cache: {} is damaged: deleted",
+                    entry.path().display()
+                );
                 store.delete_file(&hash);
                 store.stats.failures += 1;
                 continue;
