@@ -167,7 +167,6 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     config.max_tokens = args.max_tokens.map(|n| n as usize);
     config.defaults = defaults;
     config.api_key = key;
-    config.max_queue = args.max_queue;
     let state = AppState::new(config);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -197,6 +196,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     let engine_config = EngineConfig {
         drafts: !args.no_drafts,
         max_running: parallel,
+        max_waiting: args.max_queue,
         ..EngineConfig::default()
     };
     let lanes = lanes::build(

@@ -28,6 +28,9 @@ pub struct EngineConfig {
     pub max_step_rows: usize,
     /// Sequences decoding at once at most (the rest wait).
     pub max_running: usize,
+    /// Requests allowed to wait for room; a submission beyond is refused with
+    /// [`EngineError::QueueFull`].
+    pub max_waiting: usize,
     /// `false` = `--no-drafts`: every request is served serially.
     pub drafts: bool,
     /// Guess at least this many tokens per round when drafting (0 = as the cost model decides).
@@ -44,6 +47,7 @@ impl Default for EngineConfig {
         EngineConfig {
             max_step_rows: 256,
             max_running: 64,
+            max_waiting: usize::MAX,
             drafts: true,
             min_drafts: 0,
             tree_branches: 2,
@@ -221,7 +225,15 @@ impl Engine {
                 "the request needs more KV cache than the engine has".into(),
             ));
         }
+        // Admit at once what fits, so that the queue holds only requests that really wait.
+        self.admit();
+        if self.waiting.len() >= self.config.max_waiting {
+            return Err(EngineError::QueueFull {
+                waiting: self.waiting.len(),
+            });
+        }
         self.waiting.push_back(seq);
+        self.admit();
         Ok(id)
     }
 

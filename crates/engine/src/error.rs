@@ -12,6 +12,8 @@ pub enum EngineError {
         max_tokens: usize,
         context: usize,
     },
+    #[error("the server is busy: {waiting} requests are waiting for room; retry shortly")]
+    QueueFull { waiting: usize },
     #[error("the engine has stopped")]
     Stopped,
 }

@@ -79,6 +79,7 @@ fn engine_error(e: EngineError) -> ApiError {
             ApiError::context_exceeded(e.to_string(), "max_tokens")
         }
         EngineError::InvalidRequest(m) => ApiError::bad_request(m),
+        EngineError::QueueFull { .. } => ApiError::unavailable(e.to_string()),
         EngineError::Stopped => ApiError::unavailable("the engine has stopped"),
         EngineError::Model(m) => ApiError::internal(m.to_string()),
     }
@@ -91,14 +92,6 @@ impl Generation {
         req: GenRequest,
     ) -> ApiResult<Generation> {
         let started = Instant::now();
-        if let Some(stats) = backend.engine.stats_async().await {
-            if stats.waiting >= state.config.max_queue {
-                return Err(ApiError::unavailable(format!(
-                    "the server is busy: {} requests are waiting; retry shortly",
-                    stats.waiting
-                )));
-            }
-        }
         let prompt_tokens = req.prompt.len();
         let stop = StopMatcher::new(&req.stop);
         let request = Request {

@@ -31,8 +31,6 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// Largest accepted request body.
     pub body_limit_bytes: usize,
-    /// Requests allowed to wait for the engine; beyond this, 503 with Retry-After.
-    pub max_queue: usize,
     /// Stored responses: at most this many, and this many bytes.
     pub store_max_count: usize,
     pub store_max_bytes: usize,
@@ -47,7 +45,6 @@ impl ServerConfig {
             defaults: SamplingDefaults::default(),
             api_key: None,
             body_limit_bytes: 32 << 20,
-            max_queue: 256,
             store_max_count: 1000,
             store_max_bytes: 64 << 20,
         }

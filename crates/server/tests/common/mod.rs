@@ -84,7 +84,7 @@ impl Loaded {
     }
 
     pub fn backend_with_context(&self, kv_positions: usize, context: usize) -> Backend {
-        self.backend_with(kv_positions, context, None)
+        self.backend_with(kv_positions, context, None, usize::MAX)
     }
 
     /// `cache_blocks`: the prefix cache budget in blocks (`Some(0)`: no prompt cache).
@@ -93,6 +93,7 @@ impl Loaded {
         kv_positions: usize,
         context: usize,
         cache_blocks: Option<usize>,
+        max_waiting: usize,
     ) -> Backend {
         let tokenizer = self.tokenizer();
         let source = tokenizer
@@ -109,6 +110,7 @@ impl Loaded {
         let engine = Engine::new(
             Box::new(runner),
             EngineConfig {
+                max_waiting,
                 ..Default::default()
             },
             CostModel::flat(),

@@ -21,10 +21,8 @@ fn server_with_context(
     max_queue: usize,
     context: usize,
 ) -> Server {
-    let mut config = ServerConfig::new(MODEL_ID);
-    config.max_queue = max_queue;
-    let state = AppState::new(config);
-    state.set_backend(qwen().backend_with(kv_positions, context, cache_blocks));
+    let state = AppState::new(ServerConfig::new(MODEL_ID));
+    state.set_backend(qwen().backend_with(kv_positions, context, cache_blocks, max_queue));
     start(state)
 }
 
