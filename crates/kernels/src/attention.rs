@@ -58,7 +58,7 @@ const MAX_GROUP: usize = 16;
 
 /// `out[r]` = attention of query row `q[r]` (all heads) over its keys. Jobs are (row, KV head):
 /// the query heads sharing a KV head read each key and value once, and each of them runs exactly
-/// the operations of [`attention_reference`]'s one-head job (the same bits).
+/// the operations of [`attention_reference`]'s one-head jobs (the same bits).
 pub fn attention(
     pool: &ThreadPool,
     level: SimdLevel,
@@ -69,7 +69,7 @@ pub fn attention(
     out: &mut [f32],
 ) {
     let group = shape.n_heads / shape.n_kv_heads;
-    if group > MAX_GROUP || shape.head_dim > 256 {
+    if group > MAX_GROUP {
         return attention_reference(pool, level, shape, q, rows, kv, out);
     }
     let qd = shape.n_heads * shape.head_dim;
@@ -92,8 +92,8 @@ pub fn attention(
     });
 }
 
-/// The same result with one job per (row, head): the plain form of the canonical algorithm, kept
-/// as the reference the grouped kernel must equal bit for bit.
+/// The same result with one job per (row, head) (a group of one): the reference the grouped jobs
+/// must equal bit for bit, so that sharing loads between heads can never leak between them.
 pub fn attention_reference(
     pool: &ThreadPool,
     level: SimdLevel,
@@ -113,7 +113,8 @@ pub fn attention_reference(
         for job in range {
             let (r, h) = (job / shape.n_heads, job % shape.n_heads);
             let qh = &q[r * qd + h * shape.head_dim..r * qd + (h + 1) * shape.head_dim];
-            head(level, shape, qh, h, &rows[r], &kv, &mut o);
+            let kvh = h / (shape.n_heads / shape.n_kv_heads);
+            group_heads(level, shape, qh, kvh, &rows[r], &kv, &mut o);
             for (d, v) in o.iter().enumerate() {
                 // SAFETY: each (row, head) job writes its own slice of `out`.
                 unsafe { dst.write(r * qd + h * shape.head_dim + d, *v) };
@@ -154,8 +155,8 @@ unsafe fn group_fma(
     group_body(level, shape, q, kvh, keys, kv, out)
 }
 
-/// [`head_body`] for the `G` query heads of one KV head at once: per head, the same operations in
-/// the same order; only the loads of keys and values are shared.
+/// The canonical algorithm for the query heads of one KV head (one or more): per head, the same
+/// operations in the same order whatever the group size; only key and value loads are shared.
 #[inline(always)]
 fn group_body(
     level: SimdLevel,
@@ -227,101 +228,6 @@ fn group_body(
             for v in out[g * hd..(g + 1) * hd].iter_mut() {
                 *v /= big_l[g];
             }
-        }
-    }
-}
-
-/// One head of one query row: the canonical algorithm.
-fn head(
-    level: SimdLevel,
-    shape: &AttnShape,
-    q: &[f32],
-    h: usize,
-    keys: &RowKeys,
-    kv: &KvLayer,
-    out: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if level >= SimdLevel::Avx2 {
-        // SAFETY: AVX2+FMA were detected; the body is the same portable code compiled with FMA.
-        unsafe { head_fma(level, shape, q, h, keys, kv, out) };
-        return;
-    }
-    head_body(level, shape, q, h, keys, kv, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn head_fma(
-    level: SimdLevel,
-    shape: &AttnShape,
-    q: &[f32],
-    h: usize,
-    keys: &RowKeys,
-    kv: &KvLayer,
-    out: &mut [f32],
-) {
-    head_body(level, shape, q, h, keys, kv, out)
-}
-
-#[inline(always)]
-fn head_body(
-    level: SimdLevel,
-    shape: &AttnShape,
-    q: &[f32],
-    h: usize,
-    keys: &RowKeys,
-    kv: &KvLayer,
-    out: &mut [f32],
-) {
-    let hd = shape.head_dim;
-    let kvh = h / (shape.n_heads / shape.n_kv_heads);
-    let mut big_m = f32::NEG_INFINITY;
-    let mut big_l = 0f32;
-    out.fill(0.0);
-    let mut oc = [0f32; 256];
-    let oc = &mut oc[..hd];
-    let mut scores = [0f32; KEY_CHUNK];
-    let mut first = true;
-    for c0 in (0..keys.n_keys).step_by(KEY_CHUNK) {
-        let c1 = (c0 + KEY_CHUNK).min(keys.n_keys);
-        let mut m = f32::NEG_INFINITY;
-        for p in c0..c1 {
-            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
-            let s = canon::dot(level, q, &kv.k[off..off + hd]) * shape.scale;
-            scores[p - c0] = s;
-            m = m.max(s);
-        }
-        let mut l = 0f32;
-        oc.fill(0.0);
-        for p in c0..c1 {
-            let e = canon::exp(scores[p - c0] - m);
-            l += e;
-            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
-            let v = &kv.v[off..off + hd];
-            for d in 0..hd {
-                oc[d] = e.mul_add(v[d], oc[d]);
-            }
-        }
-        if first {
-            big_m = m;
-            big_l = l;
-            out.copy_from_slice(oc);
-            first = false;
-        } else {
-            let nm = big_m.max(m);
-            let a = canon::exp(big_m - nm);
-            let b = canon::exp(m - nm);
-            big_l = big_l * a + l * b;
-            for d in 0..hd {
-                out[d] = out[d] * a + oc[d] * b;
-            }
-            big_m = nm;
-        }
-    }
-    if big_l > 0.0 {
-        for v in out.iter_mut() {
-            *v /= big_l;
         }
     }
 }

@@ -4,7 +4,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::response::sse::Event;
+use std::convert::Infallible;
+use std::future::Future;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::generate::{Finish, Outcome};
@@ -104,4 +109,24 @@ pub fn named(name: &str, value: &Value) -> Event {
 
 pub fn done_marker() -> Event {
     Event::default().data("[DONE]")
+}
+
+/// An SSE response of named events (Responses API, Anthropic): `next` yields each step's JSON
+/// events (their `type` names the event) and the state for the next step, `None` at the end.
+/// Dropping the response (the client went away) drops the state.
+pub fn named_sse<T, F, Fut>(state: T, next: F) -> Response
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send + 'static,
+    Fut: Future<Output = Option<(Vec<Value>, T)>> + Send + 'static,
+{
+    let events = stream::unfold(state, next).flat_map(|events| {
+        stream::iter(events.into_iter().map(|e| {
+            let kind = e["type"].as_str().unwrap_or("message").to_string();
+            Ok::<Event, Infallible>(named(&kind, &e))
+        }))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }

@@ -1,13 +1,9 @@
 //! Anthropic Messages: `POST /v1/messages` (JSON or SSE with named events) and
 //! `POST /v1/messages/count_tokens`, with Anthropic's error envelope.
 
-use std::convert::Infallible;
-
 use axum::extract::State;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::error::{AnthropicError, ApiError, ApiResult};
@@ -18,7 +14,7 @@ use crate::output::{Delta, ReplyParser};
 use crate::params::{self, GenFields};
 use crate::prompt::{self, ChatPrompt, Conversation, ToolChoice};
 use crate::routes::chat;
-use crate::routes::common::{self, named};
+use crate::routes::common;
 use crate::state::SharedState;
 
 struct MessagesRequest {
@@ -246,19 +242,10 @@ pub async fn create(
         result: None,
     };
     if req.stream {
-        let events = stream::unfold(run, |mut run| async move {
+        return Ok(common::named_sse(run, |mut run| async move {
             let events = run.next().await?;
             Some((events, run))
-        })
-        .flat_map(|events| {
-            stream::iter(events.into_iter().map(|e| {
-                let kind = e["type"].as_str().unwrap_or("message").to_string();
-                Ok::<Event, Infallible>(named(&kind, &e))
-            }))
-        });
-        return Ok(Sse::new(events)
-            .keep_alive(KeepAlive::default())
-            .into_response());
+        }));
     }
     let mut run = run;
     let mut last = Value::Null;

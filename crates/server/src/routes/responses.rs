@@ -3,14 +3,11 @@
 //! ([`super::responses_ws`]). One [`ResponseRun`] drives a response for all three transports,
 //! so their events are the same.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ApiResult};
@@ -21,7 +18,7 @@ use crate::output::ReplyParser;
 use crate::params::{self, GenFields};
 use crate::prompt::{self, ChatPrompt, Conversation};
 use crate::routes::chat::{self, count_tokens};
-use crate::routes::common::{self, named};
+use crate::routes::common;
 use crate::routes::responses_events::EventBuilder;
 use crate::state::{Backend, SharedState};
 
@@ -401,19 +398,10 @@ async fn create_inner(state: SharedState, body: Value) -> ApiResult<Response> {
     let stream = req.stream;
     let mut run = ResponseRun::start(&state, req, None).await?;
     if stream {
-        let events = stream::unfold(run, |mut run| async move {
+        return Ok(common::named_sse(run, |mut run| async move {
             let events = run.next().await?;
             Some((events, run))
-        })
-        .flat_map(|events| {
-            stream::iter(events.into_iter().map(|e| {
-                let kind = e["type"].as_str().unwrap_or("message").to_string();
-                Ok::<Event, Infallible>(named(&kind, &e))
-            }))
-        });
-        return Ok(Sse::new(events)
-            .keep_alive(KeepAlive::default())
-            .into_response());
+        }));
     }
     while run.next().await.is_some() {}
     let result = run.result.take().unwrap_or(Value::Null);
