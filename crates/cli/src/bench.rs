@@ -17,9 +17,9 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use tf_core::{BlockId, TokenId};
-use tf_kernels::kv::{KvCache, BLOCK_SIZE};
-use tf_kernels::ThreadPool;
-use tf_models::{Model, Row};
+use tf_engine::Runner;
+use tf_kernels::kv::BLOCK_SIZE;
+use tf_models::Row;
 
 use crate::load::{self, gib};
 use crate::sample::{argmax, SplitMix64};
@@ -77,6 +77,13 @@ pub struct BenchArgs {
     /// With --url: sent as `Authorization: Bearer KEY`.
     #[arg(long, value_name = "KEY", requires = "url")]
     pub api_key: Option<String>,
+    /// With --raw: also time one forward of each of these row counts (a verify round) after a
+    /// context of --verify-context tokens, against one row.
+    #[arg(long, value_delimiter = ',', requires = "raw")]
+    pub verify: Vec<usize>,
+    /// Context before the timed verify rounds.
+    #[arg(long, default_value_t = 512, requires = "raw")]
+    pub verify_context: usize,
 }
 
 /// One benchmark's measurements, in tokens per second.
@@ -91,15 +98,13 @@ impl Measured {
     }
 }
 
-struct Bench<'a> {
-    model: &'a Model,
-    pool: &'a ThreadPool,
-    kv: KvCache,
+struct Bench {
+    runner: Box<dyn Runner>,
     table: Vec<BlockId>,
     ids: Vec<TokenId>,
 }
 
-impl Bench<'_> {
+impl Bench {
     /// Prefill of all ids from position 0; returns tokens per second.
     fn prefill(&mut self, n: usize) -> Result<f64> {
         let start = Instant::now();
@@ -122,7 +127,7 @@ impl Bench<'_> {
                     tree: None,
                 })
                 .collect();
-            logits = self.model.forward(self.pool, &rows, &mut self.kv)?;
+            logits = self.runner.forward(&rows)?;
             pos = end;
         }
         Ok(logits)
@@ -141,11 +146,30 @@ impl Bench<'_> {
                 logits: true,
                 tree: None,
             };
-            logits = self
-                .model
-                .forward(self.pool, std::slice::from_ref(&row), &mut self.kv)?;
+            logits = self.runner.forward(std::slice::from_ref(&row))?;
         }
         Ok(tg as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// Seconds of one forward of `k` rows (all with logits) at positions `ctx..ctx + k`, the
+    /// best of `reps` (the context is prefilled once by the caller).
+    fn verify(&mut self, ctx: usize, k: usize, reps: u32) -> Result<f64> {
+        let rows: Vec<Row> = (ctx..ctx + k)
+            .map(|p| Row {
+                token: self.ids[p % self.ids.len()],
+                pos: p,
+                table: &self.table,
+                logits: true,
+                tree: None,
+            })
+            .collect();
+        let mut best = f64::MAX;
+        for _ in 0..=reps {
+            let start = Instant::now();
+            self.runner.forward(&rows)?;
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        Ok(best)
     }
 }
 
@@ -167,30 +191,49 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     let spec = load::spec_or_default(args.model.as_deref());
     let path = load::resolve(spec, global)?;
     let loaded = load::load(&path)?;
-    let model = &loaded.model;
+    let model = std::sync::Arc::new(loaded.model);
     let cfg = &model.config;
-    let pool = load::thread_pool(global);
+    let pool = std::sync::Arc::new(load::thread_pool(global));
+    let backend = crate::device::Backend::open(global)?;
 
-    let positions = args.pp.max(TG_PROMPT_TOKENS + args.tg);
+    let max_verify = args.verify.iter().copied().max().unwrap_or(0);
+    let positions = args
+        .pp
+        .max(TG_PROMPT_TOKENS + args.tg)
+        .max(args.verify_context + max_verify);
     let blocks = positions.div_ceil(BLOCK_SIZE);
     let mut rng = SplitMix64::new(BENCH_SEED);
     let ids = (0..positions.max(TG_PROMPT_TOKENS))
         .map(|_| (rng.next_u64() % cfg.vocab as u64) as TokenId)
         .collect();
+    let runner = backend.runner(
+        &model,
+        &pool,
+        blocks * BLOCK_SIZE,
+        positions,
+        PP_CHUNK_ROWS,
+    )?;
     let mut bench = Bench {
-        model,
-        pool: &pool,
-        kv: KvCache::new(cfg.n_layers, cfg.kv_dim(), blocks),
+        runner,
         table: (0..blocks as BlockId).collect(),
         ids,
     };
+    let threads = if backend.is_gpu() {
+        backend.name()
+    } else {
+        pool.threads().to_string()
+    };
 
     eprintln!(
-        "bench: {} ({}, {} layers), {} threads, {}; {} warm-up + {} measured runs per test",
+        "bench: {} ({}, {} layers), {}, {}; {} warm-up + {} measured runs per test",
         path.display(),
         cfg.family.name,
         cfg.n_layers,
-        pool.threads(),
+        if backend.is_gpu() {
+            backend.name()
+        } else {
+            format!("{} threads", pool.threads())
+        },
         model.level.name(),
         1,
         args.reps
@@ -229,7 +272,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
         rows.push([
             name.clone(),
             weights.clone(),
-            pool.threads().to_string(),
+            threads.clone(),
             m.test.clone(),
             format!("{median:.2}"),
             fmt_runs(&m.runs),
@@ -246,6 +289,33 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
         ]);
     }
     print_table(&header, &rows);
+    if !args.verify.is_empty() {
+        print_verify(&mut bench, args)?;
+    }
+    Ok(())
+}
+
+/// The cost of a forward of k rows against one row, after a context of `--verify-context`.
+fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
+    let ctx = args.verify_context;
+    bench.forward_range(0, ctx)?;
+    let one = bench.verify(ctx, 1, args.reps)?;
+    println!();
+    let mut rows = Vec::new();
+    for &k in &args.verify {
+        let t = if k == 1 {
+            one
+        } else {
+            bench.verify(ctx, k, args.reps)?
+        };
+        rows.push([
+            k.to_string(),
+            format!("{:.3}", t * 1e3),
+            format!("{:.2}", t / one),
+            format!("{:.1}", k as f64 / t),
+        ]);
+    }
+    print_table(&["rows", "ms/forward", "x 1 row", "rows/s"], &rows);
     Ok(())
 }
 

@@ -22,6 +22,16 @@ pub struct GpuCheckArgs {
     /// GPU ordinal.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
+    /// Also check this model (a GGUF file) end to end: GPU logits against the CPU's, and the
+    /// engine's exactness on the GPU.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<std::path::PathBuf>,
+    /// Draft model (same vocabulary) for the engine checks of --model.
+    #[arg(long, value_name = "FILE", requires = "model")]
+    pub draft: Option<std::path::PathBuf>,
+    /// Skip the kernel conformance checks (with --model: only the model checks).
+    #[arg(long)]
+    pub skip_ops: bool,
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -34,5 +44,18 @@ pub fn run(_args: &GpuCheckArgs, _global: &GlobalArgs) -> Result<()> {
 
 #[cfg(feature = "cuda")]
 pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
-    crate::gpu_check_ops::run(args, global)
+    use anyhow::Context;
+    let ops = if args.skip_ops {
+        Ok(())
+    } else {
+        crate::gpu_check_ops::run(args, global)
+    };
+    if let Some(model) = &args.model {
+        let cache = global.cache_dir().join("cuda");
+        let gpu = std::sync::Arc::new(
+            tf_cuda::Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?,
+        );
+        crate::gpu_check_model::run(&gpu, model, args.draft.as_deref())?;
+    }
+    ops
 }

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
-use tf_engine::{Engine, EngineConfig, ModelRunner};
+use tf_engine::{Engine, EngineConfig};
 use tf_models::Model;
 use tf_text::Tokenizer;
 
+use crate::device::Backend;
 use crate::load;
 use crate::GlobalArgs;
 
@@ -69,11 +70,15 @@ pub fn build(
     let plan = sizes(&target, draft_model.as_deref())?;
     let (kv_positions, context) = (plan.kv_positions, plan.context);
     let pool = Arc::new(load::thread_pool(global));
-    let runner = ModelRunner::new(target.clone(), pool.clone(), kv_positions, context);
-    let blocks = tf_engine::Runner::kv_blocks(&runner);
-    let mut engine = Engine::new(Box::new(runner), config, CostModel::flat());
+    let backend = Backend::open(global)?;
+    let max_rows = config.max_step_rows;
+    let runner = backend.runner(&target, &pool, kv_positions, context, max_rows)?;
+    let blocks = runner.kv_blocks();
+    let mut engine = Engine::new(runner, config, CostModel::flat());
     if let Some(dm) = &draft_model {
-        engine.add_draft_model(Box::new(DraftModel::new(dm.clone(), pool.clone(), blocks)));
+        let positions = blocks * tf_kernels::kv::BLOCK_SIZE;
+        let draft = backend.runner(dm, &pool, positions, context, max_rows)?;
+        engine.add_draft_model(Box::new(DraftModel::with_runner(draft)));
     }
     let calibration = engine.calibrate().context("measuring the forward cost")?;
     Ok(Lanes {

@@ -6,8 +6,11 @@
 mod bench;
 mod cells;
 mod chat;
+mod device;
 mod generate;
 mod gpu_check;
+#[cfg(feature = "cuda")]
+mod gpu_check_model;
 #[cfg(feature = "cuda")]
 mod gpu_check_ops;
 mod info;
@@ -60,6 +63,10 @@ pub struct GlobalArgs {
     /// Use only local files and the cache: never download.
     #[arg(long, global = true)]
     pub offline: bool,
+    /// Where the forward pass runs: the CPU, an NVIDIA GPU (binary built with the `cuda`
+    /// feature), or the GPU when one is found.
+    #[arg(long, value_enum, default_value = "cpu", global = true)]
+    pub device: device::Device,
 }
 
 impl GlobalArgs {

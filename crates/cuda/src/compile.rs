@@ -21,6 +21,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("rmsnorm.cu", include_str!("../kernels/rmsnorm.cu")),
     ("swiglu.cu", include_str!("../kernels/swiglu.cu")),
     ("rope.cu", include_str!("../kernels/rope.cu")),
+    ("attention.cu", include_str!("../kernels/attention.cu")),
+    ("rows.cu", include_str!("../kernels/rows.cu")),
 ];
 
 /// The whole program text.

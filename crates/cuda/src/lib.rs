@@ -10,9 +10,14 @@
 
 pub mod compile;
 pub mod ops;
+pub mod rowops;
+pub mod runner;
 
+pub use runner::CudaRunner;
+
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
@@ -54,6 +59,7 @@ pub struct Gpu {
     pub name: String,
     pub cc: (i32, i32),
     pub program: ProgramInfo,
+    functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
 /// Runs `f`, turning a panic of cudarc's dynamic loader (library or symbol missing) into an error.
@@ -98,8 +104,12 @@ impl Gpu {
             bytes: compiled.cubin.len(),
             path: compiled.path.clone(),
         };
+        // One stream per GPU and no cross-stream event tracking: every launch and copy is
+        // ordered on this stream, and a non-default stream can be captured into CUDA graphs.
+        // SAFETY: nothing is allocated yet, and this crate never uses a second stream.
+        unsafe { ctx.disable_event_tracking() };
         let module = ctx.load_module(Ptx::from_binary(compiled.cubin))?;
-        let stream = ctx.default_stream();
+        let stream = ctx.new_stream()?;
         Ok(Gpu {
             ctx,
             stream,
@@ -107,11 +117,19 @@ impl Gpu {
             name,
             cc,
             program,
+            functions: Mutex::new(HashMap::new()),
         })
     }
 
+    /// A kernel of the program by name (looked up once, then cached).
     pub fn function(&self, name: &str) -> Result<CudaFunction> {
-        Ok(self.module.load_function(name)?)
+        let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = cache.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(name)?;
+        cache.insert(name.to_string(), f.clone());
+        Ok(f)
     }
 
     pub fn sync(&self) -> Result<()> {

@@ -50,7 +50,7 @@ fn row_tile(dtype: DType, rows: usize) -> usize {
     }
 }
 
-fn grid(n: usize, per_block: usize) -> u32 {
+pub(crate) fn grid(n: usize, per_block: usize) -> u32 {
     n.div_ceil(per_block) as u32
 }
 
@@ -67,6 +67,19 @@ impl Gpu {
         Ok(self.stream.alloc_zeros(len.max(1))?)
     }
 
+    /// Room for `rows` rows of `k` values quantized in `block`s.
+    pub fn act_buffer(&self, block: ActBlock, rows: usize, k: usize) -> Result<DevAct> {
+        let n = rows * k;
+        Ok(DevAct {
+            block,
+            rows,
+            k,
+            qs: self.zeros(n)?,
+            d: self.zeros(n / block.values())?,
+            sums: self.zeros(n / block.sum_len())?,
+        })
+    }
+
     /// Quantizes `rows` rows of `k` values (`actq.rs` rules).
     pub fn quantize(
         &self,
@@ -75,22 +88,35 @@ impl Gpu {
         k: usize,
         block: ActBlock,
     ) -> Result<DevAct> {
-        let bl = block.values();
-        let sl = block.sum_len();
-        if !k.is_multiple_of(bl) || x.len() < rows * k {
+        let mut act = self.act_buffer(block, rows, k)?;
+        self.quantize_into(x, rows, k, &mut act)?;
+        Ok(act)
+    }
+
+    /// Quantizes `rows` rows of `k` values into `act` (which must have room for them; its
+    /// `rows` and `k` are set).
+    pub fn quantize_into(
+        &self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        k: usize,
+        act: &mut DevAct,
+    ) -> Result<()> {
+        let bl = act.block.values();
+        let sl = act.block.sum_len();
+        if !k.is_multiple_of(bl)
+            || x.len() < rows * k
+            || act.qs.len() < rows * k
+            || act.d.len() < rows * k / bl
+            || act.sums.len() < rows * k / sl
+        {
             return Err(CudaError::Usage(format!(
                 "quantize: k={k} rows={rows} block {bl}"
             )));
         }
+        act.rows = rows;
+        act.k = k;
         let n_blocks = rows * k / bl;
-        let mut act = DevAct {
-            block,
-            rows,
-            k,
-            qs: self.zeros(rows * k)?,
-            d: self.zeros(n_blocks)?,
-            sums: self.zeros(rows * k / sl)?,
-        };
         let f = self.function("actq")?;
         let (nb, bl, sl) = (n_blocks as i32, bl as i32, sl as i32);
         let cfg = LaunchConfig {
@@ -108,7 +134,7 @@ impl Gpu {
             .arg(&mut act.sums);
         // SAFETY: argument types and lengths match the kernel's signature and indexing.
         unsafe { l.launch(cfg) }?;
-        Ok(act)
+        Ok(())
     }
 
     /// `out[r * n + c] = x[r] · w[c]` for a quantized weight matrix of `n` rows of `x.k` values

@@ -14,6 +14,9 @@ pub enum EngineError {
     },
     #[error("the server is busy: {waiting} requests are waiting for room; retry shortly")]
     QueueFull { waiting: usize },
+    /// A compute backend (e.g. the GPU) failed.
+    #[error("backend: {0}")]
+    Backend(String),
     #[error("the engine has stopped")]
     Stopped,
 }

@@ -40,13 +40,13 @@ pub trait Runner: Send {
 
 /// Bumped whenever the arithmetic behind a position's keys and values changes, so that cached
 /// blocks (on disk, across restarts) written by an older build are never taken.
-const KV_FORMAT: &str = concat!("tensorfold-kv-f32-v1-", env!("CARGO_PKG_VERSION"));
+pub const KV_FORMAT: &str = concat!("tensorfold-kv-f32-v1-", env!("CARGO_PKG_VERSION"));
 
 /// Content samples of a model file (or of every file of a model directory): its length, its first
 /// 8 MiB (header, metadata, first tensors) and 64 KiB at 64 places through it. Cheap (about
 /// 12 MiB read, from the page cache of the mapped file) and enough to tell two checkpoints of
 /// the same shape apart.
-fn fingerprint_path(path: &std::path::Path, h: &mut sha2::Sha256) {
+pub fn fingerprint_path(path: &std::path::Path, h: &mut sha2::Sha256) {
     use sha2::Digest;
     use std::io::{Read, Seek, SeekFrom};
     const HEAD: u64 = 8 << 20;

@@ -15,7 +15,7 @@ pub mod model;
 pub mod registry;
 pub mod synth;
 mod transformer;
-mod weights;
+pub mod weights;
 
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};

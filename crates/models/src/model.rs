@@ -106,6 +106,11 @@ impl Model {
         })
     }
 
+    /// The bound weights (matrices in place in the mapped file), for other backends to upload.
+    pub fn weights(&self) -> &Weights<'static> {
+        &self.weights
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -171,7 +176,8 @@ impl Model {
         counts.into_iter().collect()
     }
 
-    pub(crate) fn check_row(&self, row: &Row) -> Result<()> {
+    /// Checks a row against the vocabulary and its block table's room (what `forward` checks).
+    pub fn check_row(&self, row: &Row) -> Result<()> {
         if row.token as usize >= self.config.vocab {
             return Err(ModelError::InvalidToken {
                 token: row.token,

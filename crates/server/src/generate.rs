@@ -82,6 +82,7 @@ fn engine_error(e: EngineError) -> ApiError {
         EngineError::QueueFull { .. } => ApiError::unavailable(e.to_string()),
         EngineError::Stopped => ApiError::unavailable("the engine has stopped"),
         EngineError::Model(m) => ApiError::internal(m.to_string()),
+        EngineError::Backend(m) => ApiError::internal(m),
     }
 }
 

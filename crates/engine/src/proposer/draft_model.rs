@@ -4,18 +4,18 @@
 //! uses the sequence's block ids and is rolled back with the target's commits.
 
 use super::{Proposer, SeqView};
+use crate::runner::{ModelRunner, Runner};
 use crate::sampler::Sampler;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tf_core::{SeqId, TokenId};
-use tf_kernels::kv::KvCache;
+use tf_kernels::kv::BLOCK_SIZE;
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
 
 pub struct DraftModel {
-    model: Arc<Model>,
-    kv: KvCache,
-    pool: Arc<ThreadPool>,
+    /// The draft model with a KV cache of as many blocks as the target's.
+    runner: Box<dyn Runner>,
     /// Positions of each sequence whose draft KV holds committed tokens.
     valid: HashMap<SeqId, usize>,
     sampler: Sampler,
@@ -24,18 +24,19 @@ pub struct DraftModel {
 impl DraftModel {
     /// A draft model whose cache mirrors a target cache of `kv_blocks` blocks.
     pub fn new(model: Arc<Model>, pool: Arc<ThreadPool>, kv_blocks: usize) -> DraftModel {
-        let kv = KvCache::new(model.config.n_layers, model.config.kv_dim(), kv_blocks);
+        let context = model.config.context_len;
+        let runner = ModelRunner::new(model, pool, kv_blocks * BLOCK_SIZE, context);
+        DraftModel::with_runner(Box::new(runner))
+    }
+
+    /// A draft model behind any runner (e.g. on a GPU); its cache must have as many blocks as
+    /// the target's, since it uses the sequences' block ids.
+    pub fn with_runner(runner: Box<dyn Runner>) -> DraftModel {
         DraftModel {
-            model,
-            kv,
-            pool,
+            runner,
             valid: HashMap::new(),
             sampler: Sampler::new(),
         }
-    }
-
-    pub fn model(&self) -> &Arc<Model> {
-        &self.model
     }
 }
 
@@ -63,7 +64,7 @@ impl Proposer for DraftModel {
                 tree: None,
             })
             .collect();
-        let Ok(mut logits) = self.model.forward(&self.pool, &rows, &mut self.kv) else {
+        let Ok(mut logits) = self.runner.forward(&rows) else {
             return Vec::new();
         };
         let mut history = seq.tokens.to_vec();
@@ -88,7 +89,7 @@ impl Proposer for DraftModel {
                 logits: true,
                 tree: None,
             };
-            match self.model.forward(&self.pool, &[row], &mut self.kv) {
+            match self.runner.forward(&[row]) {
                 Ok(l) => logits = l,
                 Err(_) => break,
             }

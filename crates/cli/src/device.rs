@@ -1,0 +1,111 @@
+//! `--device cpu|cuda|auto`: where the forward pass runs. The CPU is the default; `cuda` needs a
+//! binary built with the `cuda` feature and a GPU; `auto` takes the GPU when there is one.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tf_engine::{ModelRunner, Runner};
+use tf_kernels::ThreadPool;
+use tf_models::Model;
+
+use crate::GlobalArgs;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    #[default]
+    Cpu,
+    Cuda,
+    Auto,
+}
+
+/// The backend a command runs on, opened once.
+pub enum Backend {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<tf_cuda::Gpu>),
+}
+
+impl Backend {
+    pub fn open(global: &GlobalArgs) -> Result<Backend> {
+        match global.device {
+            Device::Cpu => Ok(Backend::Cpu),
+            #[cfg(feature = "cuda")]
+            Device::Cuda | Device::Auto => {
+                let cache = global.cache_dir().join("cuda");
+                match tf_cuda::Gpu::open(0, Some(&cache)) {
+                    Ok(gpu) => {
+                        eprintln!(
+                            "device: {} (sm_{}{}), kernels {}",
+                            gpu.name,
+                            gpu.cc.0,
+                            gpu.cc.1,
+                            if gpu.program.cached {
+                                "from the cache".to_string()
+                            } else {
+                                format!("compiled in {:.1} s", gpu.program.millis / 1000.0)
+                            }
+                        );
+                        Ok(Backend::Cuda(Arc::new(gpu)))
+                    }
+                    Err(e) if global.device == Device::Auto => {
+                        eprintln!("device: CPU (no usable GPU: {e})");
+                        Ok(Backend::Cpu)
+                    }
+                    Err(e) => Err(e).context("--device cuda: opening the GPU"),
+                }
+            }
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda => anyhow::bail!(
+                "--device cuda: this tensorfold was built without CUDA support; rebuild with \
+                 `cargo build --release -p tensorfold --features cuda`"
+            ),
+            #[cfg(not(feature = "cuda"))]
+            Device::Auto => Ok(Backend::Cpu),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Backend::Cpu => "cpu".into(),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(g) => format!("cuda ({})", g.name),
+        }
+    }
+
+    pub fn is_gpu(&self) -> bool {
+        !matches!(self, Backend::Cpu)
+    }
+
+    /// A runner for `model` with a cache of `kv_positions` positions, calls of up to
+    /// `max_rows` rows at once on a GPU.
+    pub fn runner(
+        &self,
+        model: &Arc<Model>,
+        pool: &Arc<ThreadPool>,
+        kv_positions: usize,
+        context: usize,
+        max_rows: usize,
+    ) -> Result<Box<dyn Runner>> {
+        let _ = max_rows;
+        match self {
+            Backend::Cpu => Ok(Box::new(ModelRunner::new(
+                model.clone(),
+                pool.clone(),
+                kv_positions,
+                context,
+            ))),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(gpu) => {
+                let r = tf_cuda::CudaRunner::new(
+                    gpu.clone(),
+                    model.clone(),
+                    kv_positions,
+                    context,
+                    max_rows,
+                )
+                .with_context(|| format!("loading {} onto the GPU", model.path().display()))?;
+                Ok(Box::new(r))
+            }
+        }
+    }
+}

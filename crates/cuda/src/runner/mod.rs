@@ -1,0 +1,245 @@
+//! [`CudaRunner`]: the engine's [`Runner`] on an NVIDIA GPU. The same forward pass as
+//! `tf_models::Model::forward`, op for op, with kernels that replay the CPU's arithmetic, and a
+//! paged KV cache in device memory under the engine's block ids.
+//!
+//! A call of up to [`GRAPH_ROWS`] rows (decode and verify windows) replays a CUDA graph captured
+//! for that row count, so a round costs one launch instead of hundreds; longer calls (prefill)
+//! launch kernel by kernel.
+
+mod forward;
+mod prof;
+mod scratch;
+pub mod weights;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use tf_core::BlockId;
+use tf_engine::runner::{fingerprint_path, Row, Runner, KV_FORMAT};
+use tf_engine::EngineError;
+use tf_kernels::kv::BLOCK_SIZE;
+use tf_models::Model;
+
+use crate::{CudaError, Gpu, Result};
+use scratch::Scratch;
+use weights::DevWeights;
+
+/// Row counts up to this replay captured graphs.
+pub const GRAPH_ROWS: usize = 64;
+
+/// A CUDA graph, used only by the thread that owns its runner.
+struct Graph(cudarc::driver::CudaGraph);
+// SAFETY: a graph is launched only through `&mut CudaRunner`, so never from two threads at once;
+// the driver allows using a graph from any thread when access is serialized.
+unsafe impl Send for Graph {}
+
+pub struct CudaRunner {
+    gpu: Arc<Gpu>,
+    model: Arc<Model>,
+    w: DevWeights,
+    kc: Vec<CudaSlice<f32>>,
+    vc: Vec<CudaSlice<f32>>,
+    blocks: usize,
+    context_len: usize,
+    rope_cs: CudaSlice<f32>,
+    rope_positions: usize,
+    s: Scratch,
+    graphs: HashMap<usize, Graph>,
+    use_graphs: bool,
+    /// Increments for every new matmul input (see `scratch::matmul`).
+    tag: u64,
+    prof: prof::Prof,
+}
+
+impl Drop for CudaRunner {
+    fn drop(&mut self) {
+        if self.prof.on() {
+            eprintln!("{}", self.prof.report());
+        }
+    }
+}
+
+fn backend(e: CudaError) -> EngineError {
+    EngineError::Backend(e.to_string())
+}
+
+impl CudaRunner {
+    /// Uploads `model` and allocates a KV cache of `kv_positions` positions and buffers for
+    /// `max_rows` rows per call (longer calls run in parts).
+    pub fn new(
+        gpu: Arc<Gpu>,
+        model: Arc<Model>,
+        kv_positions: usize,
+        context_len: usize,
+        max_rows: usize,
+    ) -> Result<CudaRunner> {
+        let cfg = &model.config;
+        let w = DevWeights::upload(&gpu, model.weights())?;
+        let blocks = kv_positions.div_ceil(BLOCK_SIZE);
+        let per_layer = blocks * BLOCK_SIZE * cfg.kv_dim();
+        let mut kc = Vec::with_capacity(cfg.n_layers);
+        let mut vc = Vec::with_capacity(cfg.n_layers);
+        for _ in 0..cfg.n_layers {
+            kc.push(gpu.zeros(per_layer)?);
+            vc.push(gpu.zeros(per_layer)?);
+        }
+        let rope_positions = context_len.max(cfg.context_len).max(1);
+        let rope_cs = gpu.upload(&crate::ops::rope_table(
+            cfg.rope_dim,
+            cfg.rope_base,
+            rope_positions,
+        ))?;
+        let s = Scratch::new(&gpu, cfg, max_rows.max(GRAPH_ROWS))?;
+        let use_graphs = std::env::var("TENSORFOLD_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        Ok(CudaRunner {
+            gpu,
+            model,
+            w,
+            kc,
+            vc,
+            blocks,
+            context_len,
+            rope_cs,
+            rope_positions,
+            s,
+            graphs: HashMap::new(),
+            use_graphs,
+            tag: 0,
+            prof: prof::Prof::from_env(),
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Bytes of weights on the device.
+    pub fn weight_bytes(&self) -> usize {
+        self.w.bytes
+    }
+
+    /// Turns graph replay on or off (off: every call launches kernel by kernel).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.use_graphs = on;
+        self.graphs.clear();
+    }
+
+    /// Cache index (block id * BLOCK_SIZE + offset) of `slot` in a sequence with `table`.
+    fn cache_index(&self, table: &[BlockId], slot: usize) -> std::result::Result<i32, EngineError> {
+        let b = table[slot / BLOCK_SIZE] as usize;
+        if b >= self.blocks {
+            return Err(EngineError::InvalidRequest(format!(
+                "KV block {b} beyond the cache's {} blocks",
+                self.blocks
+            )));
+        }
+        Ok((b * BLOCK_SIZE + slot % BLOCK_SIZE) as i32)
+    }
+
+    fn layer_floats(&self) -> usize {
+        BLOCK_SIZE * self.model.config.kv_dim()
+    }
+}
+
+impl Runner for CudaRunner {
+    fn vocab(&self) -> usize {
+        self.model.config.vocab
+    }
+    fn kv_blocks(&self) -> usize {
+        self.blocks
+    }
+    fn context_len(&self) -> usize {
+        self.context_len
+    }
+    fn forward(&mut self, rows: &[Row]) -> std::result::Result<Vec<f32>, EngineError> {
+        let mut out = Vec::new();
+        for part in rows.chunks(self.s.cap) {
+            out.extend(self.forward_part(part)?);
+        }
+        Ok(out)
+    }
+    fn copy_slots(&mut self, table: &[BlockId], moves: &[(usize, usize)]) {
+        let mut pairs = Vec::with_capacity(2 * moves.len());
+        for &(from, to) in moves {
+            match (self.cache_index(table, from), self.cache_index(table, to)) {
+                (Ok(f), Ok(t)) => pairs.extend([f, t]),
+                _ => return,
+            }
+        }
+        let kvd = self.model.config.kv_dim();
+        let mut run = || -> Result<()> {
+            let dev = self.gpu.upload(&pairs)?;
+            for (kc, vc) in self.kc.iter_mut().zip(self.vc.iter_mut()) {
+                self.gpu.kv_copy(&dev, moves.len(), kvd, kc, vc)?;
+            }
+            self.gpu.sync()
+        };
+        if let Err(e) = run() {
+            eprintln!("tensorfold: GPU KV copy failed: {e}");
+        }
+    }
+    fn block_data(&self, b: BlockId) -> Option<Vec<f32>> {
+        if b as usize >= self.blocks {
+            return None;
+        }
+        let n = self.layer_floats();
+        let at = b as usize * n;
+        let mut out = vec![0f32; 2 * n * self.kc.len()];
+        for (l, chunk) in out.chunks_exact_mut(2 * n).enumerate() {
+            let (k, v) = chunk.split_at_mut(n);
+            self.gpu
+                .stream
+                .memcpy_dtoh(&self.kc[l].slice(at..at + n), k)
+                .ok()?;
+            self.gpu
+                .stream
+                .memcpy_dtoh(&self.vc[l].slice(at..at + n), v)
+                .ok()?;
+        }
+        self.gpu.sync().ok()?;
+        Some(out)
+    }
+    fn load_block(&mut self, b: BlockId, data: &[f32]) -> bool {
+        let n = self.layer_floats();
+        if b as usize >= self.blocks || data.len() != 2 * n * self.kc.len() {
+            return false;
+        }
+        let at = b as usize * n;
+        for (l, chunk) in data.chunks_exact(2 * n).enumerate() {
+            let (k, v) = chunk.split_at(n);
+            let ok = self
+                .gpu
+                .stream
+                .memcpy_htod(k, &mut self.kc[l].slice_mut(at..at + n))
+                .and_then(|_| {
+                    self.gpu
+                        .stream
+                        .memcpy_htod(v, &mut self.vc[l].slice_mut(at..at + n))
+                });
+            if ok.is_err() {
+                return false;
+            }
+        }
+        self.gpu.sync().is_ok()
+    }
+    fn cache_salt(&self) -> tf_engine::blocks::BlockHash {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(KV_FORMAT);
+        h.update(b"cuda\0");
+        h.update(self.gpu.name.as_bytes());
+        h.update(format!("{:?}", self.gpu.cc).as_bytes());
+        h.update(format!("{:?}", self.model.config).as_bytes());
+        fingerprint_path(self.model.path(), &mut h);
+        h.finalize().into()
+    }
+}
+
+impl CudaRunner {
+    fn forward_part(&mut self, rows: &[Row]) -> std::result::Result<Vec<f32>, EngineError> {
+        let host = self.prepare(rows)?;
+        self.run(rows.len(), &host).map_err(backend)
+    }
+}
+

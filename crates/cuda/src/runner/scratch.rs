@@ -1,0 +1,126 @@
+//! Device buffers of one forward call, allocated once for `cap` rows so that their addresses stay
+//! fixed (a captured CUDA graph replays exactly these pointers).
+
+use cudarc::driver::CudaSlice;
+use tf_kernels::actq::ActBlock;
+use tf_kernels::matmul::act_block;
+use tf_models::ModelConfig;
+
+use super::weights::DevMatrix;
+use crate::ops::DevAct;
+use crate::{Gpu, Result};
+
+/// Rows of logits computed per output-head call.
+pub const LOGIT_ROWS: usize = 64;
+
+/// Quantized forms of the current matmul input, one per activation block size, each tagged with
+/// the input it holds so that q/k/v (and gate/up) quantize their shared input once.
+pub struct ActCache {
+    a32: DevAct,
+    a256: DevAct,
+    tag32: u64,
+    tag256: u64,
+}
+
+pub struct Scratch {
+    pub cap: usize,
+    pub x: CudaSlice<f32>,
+    pub h: CudaSlice<f32>,
+    pub q: CudaSlice<f32>,
+    pub k: CudaSlice<f32>,
+    pub v: CudaSlice<f32>,
+    pub att: CudaSlice<f32>,
+    pub tmp: CudaSlice<f32>,
+    pub o: CudaSlice<f32>,
+    pub gate: CudaSlice<f32>,
+    pub up: CudaSlice<f32>,
+    pub act: CudaSlice<f32>,
+    pub xs: CudaSlice<f32>,
+    pub hs: CudaSlice<f32>,
+    pub logits: CudaSlice<f32>,
+    pub acts: ActCache,
+    pub pos: CudaSlice<i32>,
+    pub slot: CudaSlice<i32>,
+    pub meta: CudaSlice<i32>,
+    pub idx: CudaSlice<i32>,
+    pub tables: CudaSlice<i32>,
+    pub remaps: CudaSlice<i32>,
+}
+
+impl Scratch {
+    pub fn new(gpu: &Gpu, cfg: &ModelConfig, cap: usize) -> Result<Scratch> {
+        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        let kmax = d.max(qd).max(f);
+        Ok(Scratch {
+            cap,
+            x: gpu.zeros(cap * d)?,
+            h: gpu.zeros(cap * d)?,
+            q: gpu.zeros(cap * qd)?,
+            k: gpu.zeros(cap * kvd)?,
+            v: gpu.zeros(cap * kvd)?,
+            att: gpu.zeros(cap * qd)?,
+            tmp: gpu.zeros(cap * qd)?,
+            o: gpu.zeros(cap * d)?,
+            gate: gpu.zeros(cap * f)?,
+            up: gpu.zeros(cap * f)?,
+            act: gpu.zeros(cap * f)?,
+            xs: gpu.zeros(LOGIT_ROWS * d)?,
+            hs: gpu.zeros(LOGIT_ROWS * d)?,
+            logits: gpu.zeros(LOGIT_ROWS * cfg.vocab)?,
+            acts: ActCache {
+                a32: gpu.act_buffer(ActBlock::B32, cap, kmax)?,
+                a256: gpu.act_buffer(ActBlock::B256, cap, kmax)?,
+                tag32: 0,
+                tag256: 0,
+            },
+            pos: gpu.zeros(cap)?,
+            slot: gpu.zeros(cap)?,
+            meta: gpu.zeros(4 * cap)?,
+            idx: gpu.zeros(cap.max(LOGIT_ROWS))?,
+            tables: gpu.zeros(4096)?,
+            remaps: gpu.zeros(1024)?,
+        })
+    }
+
+    /// Makes room for `tables` and `remaps` ints; true if a buffer was replaced (captured graphs
+    /// then hold stale pointers).
+    pub fn reserve(&mut self, gpu: &Gpu, tables: usize, remaps: usize) -> Result<bool> {
+        let mut moved = false;
+        if self.tables.len() < tables {
+            self.tables = gpu.zeros(tables.next_power_of_two())?;
+            moved = true;
+        }
+        if self.remaps.len() < remaps {
+            self.remaps = gpu.zeros(remaps.next_power_of_two())?;
+            moved = true;
+        }
+        Ok(moved)
+    }
+}
+
+/// `out = x · wᵀ` for `rows` rows: float weights take `x` as it is, quantized weights its
+/// quantized form (made once per input `tag`).
+pub fn matmul(
+    gpu: &Gpu,
+    w: &DevMatrix,
+    x: &CudaSlice<f32>,
+    tag: u64,
+    rows: usize,
+    acts: &mut ActCache,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    match act_block(w.dtype) {
+        None => gpu.matmul_f(w.dtype, &w.data, w.n, w.k, x, rows, out),
+        Some(block) => {
+            let (act, held) = match block {
+                ActBlock::B32 => (&mut acts.a32, &mut acts.tag32),
+                ActBlock::B256 => (&mut acts.a256, &mut acts.tag256),
+            };
+            if *held != tag {
+                gpu.quantize_into(x, rows, w.k, act)?;
+                *held = tag;
+            }
+            gpu.matmul_q(w.dtype, &w.data, w.n, act, out)
+        }
+    }
+}
