@@ -206,13 +206,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     let ids = (0..positions.max(TG_PROMPT_TOKENS))
         .map(|_| (rng.next_u64() % cfg.vocab as u64) as TokenId)
         .collect();
-    let runner = backend.runner(
-        &model,
-        &pool,
-        blocks * BLOCK_SIZE,
-        positions,
-        PP_CHUNK_ROWS,
-    )?;
+    let runner = backend.runner(&model, &pool, blocks * BLOCK_SIZE, positions, PP_CHUNK_ROWS)?;
     let mut bench = Bench {
         runner,
         table: (0..blocks as BlockId).collect(),

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+#[cfg(feature = "cuda")]
+use anyhow::Context;
 use tf_engine::{ModelRunner, Runner};
 use tf_kernels::ThreadPool;
 use tf_models::Model;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use tf_core::{BlockId, TokenId};
+use tf_cuda::{CudaRunner, Gpu};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
 use tf_engine::{
@@ -19,7 +20,6 @@ use tf_engine::{
 };
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
-use tf_cuda::{CudaRunner, Gpu};
 use tokio::sync::mpsc::unbounded_channel;
 
 use crate::sample::SplitMix64;
@@ -76,10 +76,19 @@ fn bits_equal(a: &[f32], b: &[f32]) -> bool {
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
-fn rows<'a>(ids: &[TokenId], from: usize, to: usize, table: &'a [BlockId], all: bool) -> Vec<Row<'a>> {
+fn rows<'a>(
+    ids: &[TokenId],
+    from: usize,
+    to: usize,
+    table: &'a [BlockId],
+    all: bool,
+) -> Vec<Row<'a>> {
     (from..to)
         .map(|p| Row {
             token: ids[p],
@@ -105,9 +114,14 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
     let got = dev.forward(&rows(&prompt, 0, n, &table, true))?;
     let mut worst = 0f32;
     for r in 0..n {
-        let (a, b) = (&want[r * vocab..(r + 1) * vocab], &got[r * vocab..(r + 1) * vocab]);
+        let (a, b) = (
+            &want[r * vocab..(r + 1) * vocab],
+            &got[r * vocab..(r + 1) * vocab],
+        );
         worst = worst.max(max_diff(a, b));
-        prefill.check(bits_equal(a, b), || format!("row {r}: max |diff| {}", max_diff(a, b)));
+        prefill.check(bits_equal(a, b), || {
+            format!("row {r}: max |diff| {}", max_diff(a, b))
+        });
     }
     if prefill.pass < prefill.total {
         prefill.note = format!("{}; worst max |diff| {worst}", prefill.note);
@@ -117,7 +131,9 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
     for p in n..n + 16 {
         let a = cpu.forward(&rows(&prompt, p, p + 1, &table, true))?;
         let b = dev.forward(&rows(&prompt, p, p + 1, &table, true))?;
-        decode.check(bits_equal(&a, &b), || format!("position {p}: max |diff| {}", max_diff(&a, &b)));
+        decode.check(bits_equal(&a, &b), || {
+            format!("position {p}: max |diff| {}", max_diff(&a, &b))
+        });
     }
 
     // The same prompt in uneven chunks on other blocks of the GPU cache.
@@ -132,7 +148,9 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
         at = end;
     }
     let one = &got[(n - 1) * vocab..n * vocab];
-    chunks.check(bits_equal(&last, one), || format!("max |diff| {}", max_diff(&last, one)));
+    chunks.check(bits_equal(&last, one), || {
+        format!("max |diff| {}", max_diff(&last, one))
+    });
     // Row invariance: a batch of three sequences' rows, each equal to the row alone.
     let mut batch = Tally::new("GPU rows alone == in a batch of 3 sequences");
     let t3: Vec<BlockId> = table.iter().map(|b| b + 2 * off).collect();
@@ -140,10 +158,16 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
     mixed.extend(rows(&prompt, n - 1, n, &table2, true));
     mixed.extend(rows(&prompt, 0, 9, &t3, true));
     let out = dev.forward(&mixed)?;
-    batch.check(bits_equal(&out[..vocab], one), || "first sequence's row differs".into());
-    batch.check(bits_equal(&out[vocab..2 * vocab], one), || "second sequence's row differs".into());
+    batch.check(bits_equal(&out[..vocab], one), || {
+        "first sequence's row differs".into()
+    });
+    batch.check(bits_equal(&out[vocab..2 * vocab], one), || {
+        "second sequence's row differs".into()
+    });
     let alone = dev.forward(&rows(&prompt, 0, 9, &t3, true))?;
-    batch.check(bits_equal(&out[2 * vocab..], &alone), || "third sequence's rows differ".into());
+    batch.check(bits_equal(&out[2 * vocab..], &alone), || {
+        "third sequence's rows differ".into()
+    });
     Ok(vec![prefill, decode, chunks, batch])
 }
 
@@ -164,8 +188,19 @@ struct Setup<'a> {
 impl Setup<'_> {
     fn runner(&self, model: &Arc<Model>, on: On, positions: usize) -> Result<Box<dyn Runner>> {
         Ok(match on {
-            On::Cpu => Box::new(ModelRunner::new(model.clone(), self.pool.clone(), positions, CONTEXT)),
-            On::Gpu => Box::new(CudaRunner::new(self.gpu.clone(), model.clone(), positions, CONTEXT, 256)?),
+            On::Cpu => Box::new(ModelRunner::new(
+                model.clone(),
+                self.pool.clone(),
+                positions,
+                CONTEXT,
+            )),
+            On::Gpu => Box::new(CudaRunner::new(
+                self.gpu.clone(),
+                model.clone(),
+                positions,
+                CONTEXT,
+                256,
+            )?),
         })
     }
 
@@ -252,7 +287,10 @@ fn engine_checks(s: &Setup) -> Result<Vec<Tally>> {
         let mut e = s.engine(On::Gpu, draft_cfg.clone())?;
         let got = run_all(&mut e, std::slice::from_ref(r))?.remove(0);
         drafted.check(got.token_sha == want.token_sha && got.min_rows >= 2, || {
-            format!("{} vs {} (min_rows {})", got.token_sha, want.token_sha, got.min_rows)
+            format!(
+                "{} vs {} (min_rows {})",
+                got.token_sha, want.token_sha, got.min_rows
+            )
         });
     }
 
@@ -275,12 +313,15 @@ fn engine_checks(s: &Setup) -> Result<Vec<Tally>> {
         let warm = run_all(&mut e, std::slice::from_ref(&follow))?.remove(0);
         let mut fresh_e = s.engine(On::Gpu, draft_cfg.clone())?;
         let fresh = run_all(&mut fresh_e, std::slice::from_ref(&follow))?.remove(0);
-        resumed.check(warm.token_sha == fresh.token_sha && warm.cached_tokens > 0, || {
-            format!(
-                "{} vs {} ({} cached)",
-                warm.token_sha, fresh.token_sha, warm.cached_tokens
-            )
-        });
+        resumed.check(
+            warm.token_sha == fresh.token_sha && warm.cached_tokens > 0,
+            || {
+                format!(
+                    "{} vs {} ({} cached)",
+                    warm.token_sha, fresh.token_sha, warm.cached_tokens
+                )
+            },
+        );
     }
 
     let mut chunked = Tally::new("GPU prefill chunks of 16 == of 256");
@@ -309,11 +350,20 @@ fn engine_checks(s: &Setup) -> Result<Vec<Tally>> {
 }
 
 /// Runs every check on `model` (and `draft`), prints a table; fails if any check failed.
-pub fn run(gpu: &Arc<Gpu>, model_path: &std::path::Path, draft_path: Option<&std::path::Path>) -> Result<()> {
+pub fn run(
+    gpu: &Arc<Gpu>,
+    model_path: &std::path::Path,
+    draft_path: Option<&std::path::Path>,
+) -> Result<()> {
     let model = Arc::new(Model::load(model_path)?);
     let draft = draft_path.map(Model::load).transpose()?.map(Arc::new);
     let pool = Arc::new(ThreadPool::with_available_parallelism());
-    println!("\nmodel: {} ({} layers, d_model {})", model_path.display(), model.config.n_layers, model.config.d_model);
+    println!(
+        "\nmodel: {} ({} layers, d_model {})",
+        model_path.display(),
+        model.config.n_layers,
+        model.config.d_model
+    );
     let mut tallies = logits_checks(gpu, &model, &pool)?;
     let setup = Setup {
         gpu,

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tf_core::DType;
+use tf_cuda::ops::MatmulForm;
 use tf_cuda::Gpu;
 use tf_kernels::actq::{ActBlock, QuantAct};
 use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
@@ -180,32 +181,42 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         matmul(&pool, &w, &acts, &mut want);
         let dw = gpu.upload(&wbytes)?;
         let block = tf_kernels::matmul::act_block(dtype);
-        for &rows in &args.rows {
-            let mut out = gpu.zeros::<f32>(rows * N)?;
-            let act = match block {
-                Some(b) => Some(gpu.quantize(&dx, rows, K, b)?),
-                None => None,
-            };
-            let mut launch = || -> Result<()> {
-                match &act {
-                    Some(a) => gpu.matmul_q(dtype, &dw, N, a, &mut out)?,
-                    None => gpu.matmul_f(dtype, &dw, N, K, &dx, rows, &mut out)?,
-                }
-                Ok(())
-            };
-            launch()?;
-            let micros = time(&gpu, &mut launch)?;
-            let got = gpu.download(&out)?;
-            let (eq, md) = bits_equal(&got, &want[..rows * N]);
-            table.push(Row {
-                op: "matmul",
-                ty: format!("{dtype} {N}x{K}"),
-                rows,
-                equal: eq,
-                total: rows * N,
-                max_diff: md,
-                micros,
-            });
+        let forms: &[Option<MatmulForm>] = if block.is_some() {
+            &[Some(MatmulForm::Warp), Some(MatmulForm::Tile)]
+        } else {
+            &[None]
+        };
+        for &form in forms {
+            for &rows in &args.rows {
+                let mut out = gpu.zeros::<f32>(rows * N)?;
+                let act = match block {
+                    Some(b) => Some(gpu.quantize(&dx, rows, K, b)?),
+                    None => None,
+                };
+                let mut launch = || -> Result<()> {
+                    match (&act, form) {
+                        (Some(a), Some(f)) => gpu.matmul_q_form(f, dtype, &dw, N, a, &mut out)?,
+                        _ => gpu.matmul_f(dtype, &dw, N, K, &dx, rows, &mut out)?,
+                    }
+                    Ok(())
+                };
+                launch()?;
+                let micros = time(&gpu, &mut launch)?;
+                let got = gpu.download(&out)?;
+                let (eq, md) = bits_equal(&got, &want[..rows * N]);
+                table.push(Row {
+                    op: match form {
+                        Some(MatmulForm::Tile) => "matmul tile",
+                        _ => "matmul",
+                    },
+                    ty: format!("{dtype} {N}x{K}"),
+                    rows,
+                    equal: eq,
+                    total: rows * N,
+                    max_diff: md,
+                    micros,
+                });
+            }
         }
     }
 
@@ -365,15 +376,19 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
         let x = activations(64, k, seed);
         let dx = gpu.upload(&x)?;
         let block = tf_kernels::matmul::act_block(dtype).expect("quantized");
-        for rows in [1, 2, 4, 8, 16, 32, 64] {
-            let act = gpu.quantize(&dx, rows, k, block)?;
-            let mut out = gpu.zeros::<f32>(rows * n)?;
-            gpu.matmul_q(dtype, &dw, n, &act, &mut out)?;
-            let micros = time(gpu, || Ok(gpu.matmul_q(dtype, &dw, n, &act, &mut out)?))?;
-            println!(
-                "| {dtype} | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
-                wbytes.len() as f64 / micros / 1e3
-            );
+        for form in [MatmulForm::Warp, MatmulForm::Tile] {
+            for rows in [1, 2, 4, 8, 16, 32, 64] {
+                let act = gpu.quantize(&dx, rows, k, block)?;
+                let mut out = gpu.zeros::<f32>(rows * n)?;
+                gpu.matmul_q_form(form, dtype, &dw, n, &act, &mut out)?;
+                let micros = time(gpu, || {
+                    Ok(gpu.matmul_q_form(form, dtype, &dw, n, &act, &mut out)?)
+                })?;
+                println!(
+                    "| {dtype} {form:?} | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
+                    wbytes.len() as f64 / micros / 1e3
+                );
+            }
         }
     }
     Ok(())

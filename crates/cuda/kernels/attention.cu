@@ -14,6 +14,7 @@
 #define KEY_CHUNK 32
 #define MAX_GROUP 16
 #define KV_BLOCK 16
+#define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ int attn_slot(const int* m, const int* tables, const int* remaps,
                                          int p) {
@@ -21,93 +22,146 @@ __device__ __forceinline__ int attn_slot(const int* m, const int* tables, const 
     return tables[m[0] + slot / KV_BLOCK] * KV_BLOCK + slot % KV_BLOCK;
 }
 
+// Shared memory of one (row, KV head) job: the group's queries and one chunk of keys and
+// values (staged with coalesced loads, then read many times).
+struct AttnSmem {
+    float qs[MAX_GROUP * 128];  // group heads x head dimension at most 2048
+    float ks[KEY_CHUNK * 128];
+    float vs[KEY_CHUNK * 128];
+    float sc[MAX_GROUP][KEY_CHUNK];
+    float cm[MAX_GROUP];
+    float cl[MAX_GROUP];
+    int slots[KEY_CHUNK];
+};
+
+// Loads the group's query heads of row r into shared memory.
+__device__ __forceinline__ void attn_load_q(AttnSmem& sm, const float* q, int r, int kvh, int g_n,
+                                            int hd, int qd) {
+    const float* qr = q + (size_t)r * qd + (size_t)kvh * g_n * hd;
+    for (int i = threadIdx.x; i < g_n * hd; i += blockDim.x) sm.qs[i] = qr[i];
+}
+
+// One canonical chunk [c0, c0 + np) for the group's heads: leaves the chunk max and sum in
+// sm.cm / sm.cl and, for thread t < hd, the value sums of dimension t in oc[g]. Keys and values
+// of head dimensions up to 128 are staged in shared memory; larger heads read them in place.
+__device__ __forceinline__ void attn_chunk(AttnSmem& sm, const float* kc, const float* vc,
+                                           const int* m, const int* tables, const int* remaps,
+                                           int c0, int np, int kvh, int g_n, int hd,
+                                           int kv_dim, float scale, float* oc) {
+    const int t = threadIdx.x;
+    const int hw = t / 16, lane = t % 16, n_hw = blockDim.x / 16;
+    const bool staged = hd <= 128;
+    __syncthreads();  // the previous chunk is done with the shared arrays
+    if (t < np) sm.slots[t] = attn_slot(m, tables, remaps, c0 + t);
+    __syncthreads();
+    if (staged) {
+        for (int i = t; i < np * hd; i += blockDim.x) {
+            int p = i / hd, e = i % hd;
+            size_t at = (size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd + e;
+            sm.ks[p * hd + e] = kc[at];
+            sm.vs[p * hd + e] = vc[at];
+        }
+        __syncthreads();
+    }
+    // Scores: one half-warp per (head, key); its 16 lanes are the canonical dot's lanes. The
+    // loop bound is the same for both halves of a warp, so every shuffle has all 32 lanes.
+    for (int base = 0; base < g_n * np; base += n_hw) {
+        int pair = base + hw;
+        bool valid = pair < g_n * np;
+        int g = valid ? pair / np : 0, p = valid ? pair % np : 0;
+        float acc = 0.0f;
+        if (valid) {
+            const float* k = staged ? sm.ks + p * hd
+                                    : kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd;
+            const float* qg = sm.qs + g * hd;
+            for (int i = lane; i < hd; i += 16) acc = fmaf(qg[i], k[i], acc);
+        }
+        for (int s = 8; s > 0; s >>= 1) {
+            float other = __shfl_down_sync(FULL_MASK, acc, s, 16);
+            if (lane < s) acc = __fadd_rn(acc, other);
+        }
+        if (valid && lane == 0) sm.sc[g][p] = __fmul_rn(acc, scale);
+    }
+    __syncthreads();
+    if (t < g_n) {
+        float mx = NEG_INF;
+        for (int p = 0; p < np; p++) mx = fmaxf(mx, sm.sc[t][p]);
+        sm.cm[t] = mx;
+    }
+    __syncthreads();
+    for (int i = t; i < g_n * np; i += blockDim.x) {
+        int g = i / np, p = i % np;
+        sm.sc[g][p] = canon_exp(__fsub_rn(sm.sc[g][p], sm.cm[g]));
+    }
+    __syncthreads();
+    if (t < g_n) {
+        float l = 0.0f;
+        for (int p = 0; p < np; p++) l = __fadd_rn(l, sm.sc[t][p]);
+        sm.cl[t] = l;
+    }
+    if (t < hd) {
+        // Each head's chain runs over the keys in ascending order; the heads' chains are
+        // independent and interleaved.
+#pragma unroll
+        for (int g = 0; g < MAX_GROUP; g++) oc[g] = 0.0f;
+        for (int p = 0; p < np; p++) {
+            float v = staged ? sm.vs[p * hd + t]
+                             : vc[(size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd + t];
+#pragma unroll
+            for (int g = 0; g < MAX_GROUP; g++) {
+                if (g < g_n) oc[g] = fmaf(sm.sc[g][p], v, oc[g]);
+            }
+        }
+    }
+    __syncthreads();  // cl is read by every thread after this
+}
+
+// The chunk merge: M = max(M, m), a = exp(M_old - M), b = exp(m - M), L = L*a + l*b,
+// o = o*a + oc*b (the first chunk is taken as it is).
+__device__ __forceinline__ void attn_merge(bool first, float cm, float cl, float oc, float& bm,
+                                           float& bl, float& o) {
+    if (first) {
+        bm = cm;
+        bl = cl;
+        o = oc;
+    } else {
+        float nm = fmaxf(bm, cm);
+        float a = canon_exp(__fsub_rn(bm, nm));
+        float b = canon_exp(__fsub_rn(cm, nm));
+        bl = __fadd_rn(__fmul_rn(bl, a), __fmul_rn(cl, b));
+        o = __fadd_rn(__fmul_rn(o, a), __fmul_rn(oc, b));
+        bm = nm;
+    }
+}
+
+// One pass per (row, KV head): chunks in order, merged as they come.
 extern "C" __global__ void attention(const float* q, const float* kc, const float* vc,
                                      const int* meta, const int* tables, const int* remaps,
                                      int n_heads, int n_kv_heads, int hd, float scale,
                                      float* out) {
-    __shared__ float qs[MAX_GROUP * 256];
-    __shared__ float sc[MAX_GROUP][KEY_CHUNK];
-    __shared__ float cm[MAX_GROUP];
-    __shared__ float cl[MAX_GROUP];
-    __shared__ int slots[KEY_CHUNK];
+    __shared__ AttnSmem sm;
     const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
     const int g_n = n_heads / n_kv_heads;
     const int qd = n_heads * hd, kv_dim = n_kv_heads * hd;
     const int* m = meta + 4 * r;
     const int n_keys = m[1];
-    const float* qr = q + (size_t)r * qd + (size_t)kvh * g_n * hd;
-    for (int i = t; i < g_n * hd; i += blockDim.x) qs[i] = qr[i];
-    float o[MAX_GROUP], bm[MAX_GROUP], bl[MAX_GROUP];
+    attn_load_q(sm, q, r, kvh, g_n, hd, qd);
+    float o[MAX_GROUP], bm[MAX_GROUP], bl[MAX_GROUP], oc[MAX_GROUP];
 #pragma unroll
     for (int g = 0; g < MAX_GROUP; g++) {
         o[g] = 0.0f;
-        bm[g] = __int_as_float(0xff800000);
+        bm[g] = NEG_INF;
         bl[g] = 0.0f;
+        oc[g] = 0.0f;
     }
-    const int hw = t / 16, lane = t % 16, n_hw = blockDim.x / 16;
     for (int c0 = 0; c0 < n_keys; c0 += KEY_CHUNK) {
         const int np = min(KEY_CHUNK, n_keys - c0);
-        __syncthreads();  // the previous chunk is done with `slots`, `sc`, `cm`, `cl`
-        if (t < np) slots[t] = attn_slot(m, tables, remaps, c0 + t);
-        __syncthreads();
-        // Scores: one half-warp per (head, key); its 16 lanes are the canonical dot's lanes.
-        // The loop bound is the same for both halves of a warp, so every shuffle has all 32
-        // lanes.
-        for (int base = 0; base < g_n * np; base += n_hw) {
-            int pair = base + hw;
-            bool valid = pair < g_n * np;
-            int g = valid ? pair / np : 0, p = valid ? pair % np : 0;
-            float acc = 0.0f;
-            if (valid) {
-                const float* k = kc + (size_t)slots[p] * kv_dim + (size_t)kvh * hd;
-                const float* qg = qs + g * hd;
-                for (int i = lane; i < hd; i += 16) acc = fmaf(qg[i], k[i], acc);
-            }
-            for (int s = 8; s > 0; s >>= 1) {
-                float other = __shfl_down_sync(FULL_MASK, acc, s, 16);
-                if (lane < s) acc = __fadd_rn(acc, other);
-            }
-            if (valid && lane == 0) sc[g][p] = __fmul_rn(acc, scale);
-        }
-        __syncthreads();
-        if (t < g_n) {
-            float mx = __int_as_float(0xff800000);
-            for (int p = 0; p < np; p++) mx = fmaxf(mx, sc[t][p]);
-            cm[t] = mx;
-        }
-        __syncthreads();
-        for (int i = t; i < g_n * np; i += blockDim.x) {
-            int g = i / np, p = i % np;
-            sc[g][p] = canon_exp(__fsub_rn(sc[g][p], cm[g]));
-        }
-        __syncthreads();
-        if (t < g_n) {
-            float l = 0.0f;
-            for (int p = 0; p < np; p++) l = __fadd_rn(l, sc[t][p]);
-            cl[t] = l;
-        }
-        __syncthreads();
+        attn_chunk(sm, kc, vc, m, tables, remaps, c0, np, kvh, g_n, hd, kv_dim, scale, oc);
         if (t < hd) {
 #pragma unroll
             for (int g = 0; g < MAX_GROUP; g++) {
                 if (g >= g_n) break;
-                float oc = 0.0f;
-                for (int p = 0; p < np; p++) {
-                    float v = vc[(size_t)slots[p] * kv_dim + (size_t)kvh * hd + t];
-                    oc = fmaf(sc[g][p], v, oc);
-                }
-                if (c0 == 0) {
-                    bm[g] = cm[g];
-                    bl[g] = cl[g];
-                    o[g] = oc;
-                } else {
-                    float nm = fmaxf(bm[g], cm[g]);
-                    float a = canon_exp(__fsub_rn(bm[g], nm));
-                    float b = canon_exp(__fsub_rn(cm[g], nm));
-                    bl[g] = __fadd_rn(__fmul_rn(bl[g], a), __fmul_rn(cl[g], b));
-                    o[g] = __fadd_rn(__fmul_rn(o[g], a), __fmul_rn(oc, b));
-                    bm[g] = nm;
-                }
+                attn_merge(c0 == 0, sm.cm[g], sm.cl[g], oc[g], bm[g], bl[g], o[g]);
             }
         }
     }
@@ -119,4 +173,54 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
             orow[g * hd + t] = bl[g] > 0.0f ? __fdiv_rn(o[g], bl[g]) : o[g];
         }
     }
+}
+
+// Split form for few rows: block (row, KV head, z) computes chunks z, z + splits, ... and
+// stores each chunk's max, sum and value sums (`part_ml` 2 floats, `part_o` hd floats per
+// (row, head, chunk), `max_chunks` chunks per (row, head)); `attention_merge` then folds the
+// chunks of each (row, head) in ascending order with the same merge — the same bits as the
+// one-pass kernel.
+extern "C" __global__ void attention_split(const float* q, const float* kc, const float* vc,
+                                           const int* meta, const int* tables,
+                                           const int* remaps, int n_heads, int n_kv_heads,
+                                           int hd, float scale, int max_chunks, float* part_ml,
+                                           float* part_o) {
+    __shared__ AttnSmem sm;
+    const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
+    const int g_n = n_heads / n_kv_heads;
+    const int qd = n_heads * hd, kv_dim = n_kv_heads * hd;
+    const int* m = meta + 4 * r;
+    const int n_chunks = (m[1] + KEY_CHUNK - 1) / KEY_CHUNK;
+    if ((int)blockIdx.z >= n_chunks) return;
+    attn_load_q(sm, q, r, kvh, g_n, hd, qd);
+    float oc[MAX_GROUP];
+    for (int c = blockIdx.z; c < n_chunks; c += gridDim.z) {
+        const int c0 = c * KEY_CHUNK, np = min(KEY_CHUNK, m[1] - c0);
+        attn_chunk(sm, kc, vc, m, tables, remaps, c0, np, kvh, g_n, hd, kv_dim, scale, oc);
+#pragma unroll
+        for (int g = 0; g < MAX_GROUP; g++) {
+            if (g >= g_n) break;
+            size_t at = ((size_t)r * n_heads + kvh * g_n + g) * max_chunks + c;
+            if (t < hd) part_o[at * hd + t] = oc[g];
+            if (t == 0) {
+                part_ml[2 * at] = sm.cm[g];
+                part_ml[2 * at + 1] = sm.cl[g];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd, int max_chunks,
+                                           const float* part_ml, const float* part_o,
+                                           float* out) {
+    const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
+    if (t >= hd) return;
+    const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
+    const size_t base = ((size_t)r * n_heads + h) * max_chunks;
+    float bm = NEG_INF, bl = 0.0f, o = 0.0f;
+    for (int c = 0; c < n_chunks; c++) {
+        attn_merge(c == 0, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
+                   part_o[(base + c) * hd + t], bm, bl, o);
+    }
+    out[((size_t)r * n_heads + h) * hd + t] = bl > 0.0f ? __fdiv_rn(o, bl) : o;
 }

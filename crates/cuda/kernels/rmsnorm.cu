@@ -1,22 +1,46 @@
 // RMSNorm (`ops::rms_norm`): ss = canonical dot(x, x) (`canon::dot_ref`: element i into lane
 // i % 16 with one FMA in ascending i, then the tree fold 8, 4, 2, 1), r = 1 / sqrt(ss / n + eps),
-// out = (x * r) * w. One warp per row; lanes 0..15 are the 16 canonical lanes.
-extern "C" __global__ void rms_norm(const float* x, const float* w, int n, float eps, int rows,
-                                    float* out) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    const float* xr = x + (size_t)row * n;
+// out = (x * r) * w. One thread block per row: the row is staged in shared memory by all
+// threads, then lanes 0..15 of warp 0 run the canonical chain.
+
+#define RMS_MAX 8192
+
+// The canonical sum of squares of xs[0..n) (called by all of warp 0; lane 0's value is it).
+__device__ __forceinline__ float rms_chain(const float* xs, int n, int lane) {
     float acc = 0.0f;
     if (lane < 16) {
-        for (int i = lane; i < n; i += 16) acc = fmaf(xr[i], xr[i], acc);
+#pragma unroll 8
+        for (int i = lane; i < n; i += 16) acc = fmaf(xs[i], xs[i], acc);
     }
     for (int s = 8; s > 0; s >>= 1) {
         float other = __shfl_down_sync(FULL_MASK, acc, s);
         if (lane < s) acc = __fadd_rn(acc, other);
     }
-    float ss = __shfl_sync(FULL_MASK, acc, 0);
-    float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
-    float* o = out + (size_t)row * n;
-    for (int i = lane; i < n; i += 32) o[i] = __fmul_rn(__fmul_rn(xr[i], r), w[i]);
+    return acc;
+}
+
+// Normalizes the staged row xs into out (after rms_chain's result is in *r_shared).
+__device__ __forceinline__ void rms_finish(const float* xs, const float* __restrict__ w, int n,
+                                           float eps, float* r_shared,
+                                           float* __restrict__ out) {
+    const int t = threadIdx.x;
+    if (t < 32) {
+        float ss = rms_chain(xs, n, t);
+        if (t == 0) *r_shared = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+    }
+    __syncthreads();
+    const float r = *r_shared;
+    for (int i = t; i < n; i += blockDim.x) out[i] = __fmul_rn(__fmul_rn(xs[i], r), w[i]);
+}
+
+extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w,
+                                    int n, float eps, int rows, float* __restrict__ out) {
+    __shared__ float xs[RMS_MAX];
+    __shared__ float r;
+    const int row = blockIdx.x;
+    if (row >= rows) return;
+    const float* xr = x + (size_t)row * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xr[i];
+    __syncthreads();
+    rms_finish(xs, w, n, eps, &r, out + (size_t)row * n);
 }

@@ -17,12 +17,14 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("prelude.cu", include_str!("../kernels/prelude.cu")),
     ("actq.cu", include_str!("../kernels/actq.cu")),
     ("matmul_q.cu", include_str!("../kernels/matmul_q.cu")),
+    ("matmul_t.cu", include_str!("../kernels/matmul_t.cu")),
     ("matmul_f.cu", include_str!("../kernels/matmul_f.cu")),
     ("rmsnorm.cu", include_str!("../kernels/rmsnorm.cu")),
     ("swiglu.cu", include_str!("../kernels/swiglu.cu")),
     ("rope.cu", include_str!("../kernels/rope.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("rows.cu", include_str!("../kernels/rows.cu")),
+    ("fused.cu", include_str!("../kernels/fused.cu")),
 ];
 
 /// The whole program text.

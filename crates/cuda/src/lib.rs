@@ -59,6 +59,8 @@ pub struct Gpu {
     pub name: String,
     pub cc: (i32, i32),
     pub program: ProgramInfo,
+    /// The quantized matmul kernel form (`TENSORFOLD_CUDA_MATMUL`).
+    pub matmul_form: ops::MatmulForm,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
@@ -117,6 +119,7 @@ impl Gpu {
             name,
             cc,
             program,
+            matmul_form: ops::MatmulForm::from_env(),
             functions: Mutex::new(HashMap::new()),
         })
     }

@@ -18,6 +18,25 @@ pub struct DevAct {
     pub sums: CudaSlice<i16>,
 }
 
+/// Which quantized matmul kernel runs: one warp per column splitting each block's products
+/// (`matmul_q.cu`), or tiles of 32 columns x 8 rows decoding each weight block once per tile
+/// (`matmul_t.cu`). Both give the CPU's bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulForm {
+    Warp,
+    Tile,
+}
+
+impl MatmulForm {
+    /// `TENSORFOLD_CUDA_MATMUL=warp|tile` (default tile).
+    pub fn from_env() -> MatmulForm {
+        match std::env::var("TENSORFOLD_CUDA_MATMUL").as_deref() {
+            Ok("warp") => MatmulForm::Warp,
+            _ => MatmulForm::Tile,
+        }
+    }
+}
+
 /// The matmul kernel of a quantized weight type, `None` where there is none yet.
 pub fn matmul_kernel(dtype: DType) -> Option<&'static str> {
     Some(match dtype {
@@ -47,6 +66,18 @@ fn row_tile(dtype: DType, rows: usize) -> usize {
         8
     } else {
         1
+    }
+}
+
+/// Widest row the RMSNorm kernels take (`RMS_MAX`, staged in shared memory).
+pub const RMS_MAX: usize = 8192;
+
+/// One thread block of 256 per row.
+pub(crate) fn rms_launch(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 
@@ -119,8 +150,9 @@ impl Gpu {
         let n_blocks = rows * k / bl;
         let f = self.function("actq")?;
         let (nb, bl, sl) = (n_blocks as i32, bl as i32, sl as i32);
+        // One warp per block of values.
         let cfg = LaunchConfig {
-            grid_dim: (grid(n_blocks, 128), 1, 1),
+            grid_dim: (grid(n_blocks, 4), 1, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -147,6 +179,19 @@ impl Gpu {
         x: &DevAct,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
+        self.matmul_q_form(self.matmul_form, dtype, w, n, x, out)
+    }
+
+    /// [`matmul_q`](Self::matmul_q) with the kernel form chosen.
+    pub fn matmul_q_form(
+        &self,
+        form: MatmulForm,
+        dtype: DType,
+        w: &CudaSlice<u8>,
+        n: usize,
+        x: &DevAct,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
         let name = matmul_kernel(dtype)
             .ok_or_else(|| CudaError::Usage(format!("no GPU matmul for {dtype} yet")))?;
         let want = tf_kernels::matmul::act_block(dtype);
@@ -161,6 +206,36 @@ impl Gpu {
             .ok_or_else(|| CudaError::Usage(format!("k={} does not fit {dtype}", x.k)))?;
         if w.len() < n * row_bytes || out.len() < x.rows * n {
             return Err(CudaError::Usage("matmul_q: buffer sizes".into()));
+        }
+        if form == MatmulForm::Tile {
+            // Tiles of 2 rows x 32 columns x 16 warps for one or two rows, 8 x 32 x 8 beyond.
+            let (tile_rows, cols, warps, suffix) = if x.rows <= 2 {
+                (2, 32, 16, "_r2")
+            } else {
+                (8, 32, 8, "")
+            };
+            let f = self.function(&format!(
+                "{}{suffix}",
+                name.replace("matmul_", "matmul_tt_")
+            ))?;
+            let cfg = LaunchConfig {
+                grid_dim: (grid(x.rows, tile_rows), grid(n, cols), 1),
+                block_dim: (32 * warps, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let (ni, ki, ri) = (n as i32, x.k as i32, x.rows as i32);
+            let mut l = self.stream.launch_builder(&f);
+            l.arg(w)
+                .arg(&ni)
+                .arg(&ki)
+                .arg(&x.qs)
+                .arg(&x.d)
+                .arg(&x.sums)
+                .arg(&ri)
+                .arg(out);
+            // SAFETY: as below.
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
         }
         let tile = row_tile(dtype, x.rows);
         let f = if tile == 1 {
@@ -235,16 +310,11 @@ impl Gpu {
         rows: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        if x.len() < rows * n || weight.len() < n || out.len() < rows * n {
+        if x.len() < rows * n || weight.len() < n || out.len() < rows * n || n > RMS_MAX {
             return Err(CudaError::Usage("rms_norm: buffer sizes".into()));
         }
         let f = self.function("rms_norm")?;
-        const WARPS: usize = 4;
-        let cfg = LaunchConfig {
-            grid_dim: (grid(rows, WARPS), 1, 1),
-            block_dim: (32 * WARPS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = rms_launch(rows);
         let (ni, ri) = (n as i32, rows as i32);
         let mut l = self.stream.launch_builder(&f);
         l.arg(x).arg(weight).arg(&ni).arg(&eps).arg(&ri).arg(out);

@@ -1,7 +1,7 @@
 //! Host wrappers of the forward pass's row bookkeeping and attention kernels
 //! (`kernels/rows.cu`, `kernels/attention.cu`).
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 
 use crate::{CudaError, Gpu, Result};
 
@@ -9,6 +9,8 @@ use crate::{CudaError, Gpu, Result};
 pub const MAX_GROUP: usize = 16;
 /// Largest head dimension of the attention kernel.
 pub const MAX_HEAD_DIM: usize = 256;
+/// Query values per KV head (group size x head dimension) the attention kernel holds at most.
+pub const MAX_GROUP_VALUES: usize = 2048;
 
 /// The shape of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +29,25 @@ pub struct AttnKeys<'a> {
     pub meta: &'a CudaSlice<i32>,
     pub tables: &'a CudaSlice<i32>,
     pub remaps: &'a CudaSlice<i32>,
+}
+
+impl AttnDims {
+    /// Whether the attention kernels support this shape.
+    pub fn check(&self) -> Result<()> {
+        let (h, kvh, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        if kvh == 0
+            || !h.is_multiple_of(kvh)
+            || h / kvh > MAX_GROUP
+            || hd > MAX_HEAD_DIM
+            || !hd.is_multiple_of(32)
+            || h / kvh * hd > MAX_GROUP_VALUES
+        {
+            return Err(CudaError::Usage(format!(
+                "attention: {h} heads over {kvh} KV heads of {hd} values are not supported on the GPU"
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Gpu {
@@ -49,16 +70,7 @@ impl Gpu {
             scale,
         } = dims;
         let qd = n_heads * head_dim;
-        if n_kv_heads == 0
-            || !n_heads.is_multiple_of(n_kv_heads)
-            || n_heads / n_kv_heads > MAX_GROUP
-            || head_dim > MAX_HEAD_DIM
-            || !head_dim.is_multiple_of(32)
-        {
-            return Err(CudaError::Usage(format!(
-                "attention: {n_heads} heads over {n_kv_heads} KV heads of {head_dim}"
-            )));
-        }
+        dims.check()?;
         if q.len() < rows * qd || out.len() < rows * qd || keys.meta.len() < 4 * rows {
             return Err(CudaError::Usage("attention: buffer sizes".into()));
         }
@@ -86,6 +98,88 @@ impl Gpu {
             .arg(out);
         // SAFETY: argument types match the kernel; the metadata was built by the caller from
         // block tables that cover every position read (checked on the host).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// The same attention (same bits) split over key chunks for few rows: `splits` blocks per
+    /// (row, KV head) compute one chunk each in turn into `part_ml` / `part_o` (room for
+    /// `max_chunks` chunks per (row, head)), then one merge per (row, head) folds them in order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_split(
+        &self,
+        dims: AttnDims,
+        q: &CudaSlice<f32>,
+        kc: &CudaSlice<f32>,
+        vc: &CudaSlice<f32>,
+        keys: &AttnKeys,
+        max_chunks: usize,
+        splits: usize,
+        part_ml: &mut CudaSlice<f32>,
+        part_o: &mut CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let AttnDims {
+            rows,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale,
+        } = dims;
+        dims.check()?;
+        let per = rows * n_heads * max_chunks;
+        if part_ml.len() < 2 * per
+            || part_o.len() < per * head_dim
+            || out.len() < rows * n_heads * head_dim
+        {
+            return Err(CudaError::Usage("attention_split: buffer sizes".into()));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let f = self.function("attention_split")?;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, n_kv_heads as u32, splits.max(1) as u32),
+            block_dim: (head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (h, kvh, hd, mc) = (
+            n_heads as i32,
+            n_kv_heads as i32,
+            head_dim as i32,
+            max_chunks as i32,
+        );
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(q)
+            .arg(kc)
+            .arg(vc)
+            .arg(keys.meta)
+            .arg(keys.tables)
+            .arg(keys.remaps)
+            .arg(&h)
+            .arg(&kvh)
+            .arg(&hd)
+            .arg(&scale)
+            .arg(&mc)
+            .arg(&mut *part_ml)
+            .arg(&mut *part_o);
+        // SAFETY: as `attention`; every row has at most `max_chunks` chunks (the caller checks).
+        unsafe { l.launch(cfg) }?;
+        let f = self.function("attention_merge")?;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, n_heads as u32, 1),
+            block_dim: (head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(keys.meta)
+            .arg(&h)
+            .arg(&hd)
+            .arg(&mc)
+            .arg(&*part_ml)
+            .arg(&*part_o)
+            .arg(out);
+        // SAFETY: as above.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
@@ -211,6 +305,155 @@ impl Gpu {
         l.arg(pairs).arg(&np).arg(&di).arg(kc).arg(vc);
         // SAFETY: slots were checked against the cache size on the host.
         unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+}
+
+/// What `qkv_post` reads and writes for each row.
+pub struct QkvPost<'a> {
+    /// q, k and v of each row: q rows `q_stride` floats apart, k and v rows `kv_stride` apart
+    /// (views into one fused q|k|v buffer, or three buffers).
+    pub q: CudaView<'a, f32>,
+    pub k: CudaView<'a, f32>,
+    pub v: CudaView<'a, f32>,
+    pub q_stride: usize,
+    pub kv_stride: usize,
+    pub bq: Option<&'a CudaSlice<f32>>,
+    pub bk: Option<&'a CudaSlice<f32>>,
+    pub bv: Option<&'a CudaSlice<f32>>,
+    pub pos: &'a CudaSlice<i32>,
+    pub slot: &'a CudaSlice<i32>,
+    pub rot_dim: usize,
+    pub style: tf_kernels::ops::RopeStyle,
+    pub cs: &'a CudaSlice<f32>,
+}
+
+impl Gpu {
+    /// `x += y`, then `out = rms_norm(x)` (`add_into` then `rms_norm`, one launch).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_rms_norm(
+        &self,
+        x: &mut CudaSlice<f32>,
+        y: &CudaSlice<f32>,
+        weight: &CudaSlice<f32>,
+        n: usize,
+        eps: f32,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if x.len() < rows * n
+            || y.len() < rows * n
+            || weight.len() < n
+            || out.len() < rows * n
+            || n > crate::ops::RMS_MAX
+        {
+            return Err(CudaError::Usage("add_rms_norm: buffer sizes".into()));
+        }
+        let f = self.function("add_rms_norm")?;
+        let cfg = crate::ops::rms_launch(rows);
+        let (ni, ri) = (n as i32, rows as i32);
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(x)
+            .arg(y)
+            .arg(weight)
+            .arg(&ni)
+            .arg(&eps)
+            .arg(&ri)
+            .arg(out);
+        // SAFETY: lengths checked above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Biases, RoPE and the KV write after the q/k/v matmuls (`add_bias`, `rope`, `kv_write`,
+    /// one launch): q to `qo`, k and v to one layer's cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn qkv_post(
+        &self,
+        p: &QkvPost,
+        rows: usize,
+        dims: AttnDims,
+        qo: &mut CudaSlice<f32>,
+        kc: &mut CudaSlice<f32>,
+        vc: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (qd, kvd) = (
+            dims.n_heads * dims.head_dim,
+            dims.n_kv_heads * dims.head_dim,
+        );
+        if qo.len() < rows * qd || p.pos.len() < rows || p.slot.len() < rows || rows == 0 {
+            return if rows == 0 {
+                Ok(())
+            } else {
+                Err(CudaError::Usage("qkv_post: buffer sizes".into()))
+            };
+        }
+        let (nq, nkv) = ((rows - 1) * p.q_stride, (rows - 1) * p.kv_stride);
+        if p.q.len() < nq + qd || p.k.len() < nkv + kvd || p.v.len() < nkv + kvd {
+            return Err(CudaError::Usage("qkv_post: q/k/v sizes".into()));
+        }
+        let f = self.function("qkv_post")?;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let ints = [
+            p.q_stride,
+            p.kv_stride,
+            dims.n_heads,
+            dims.n_kv_heads,
+            dims.head_dim,
+            p.rot_dim,
+        ]
+        .map(|v| v as i32);
+        let style = match p.style {
+            tf_kernels::ops::RopeStyle::Interleaved => 0i32,
+            tf_kernels::ops::RopeStyle::Neox => 1,
+        };
+        let null = 0u64;
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(&p.q).arg(&p.k).arg(&p.v).arg(&ints[0]).arg(&ints[1]);
+        for b in [p.bq, p.bk, p.bv] {
+            match b {
+                Some(b) => l.arg(b),
+                None => l.arg(&null),
+            };
+        }
+        l.arg(p.pos)
+            .arg(p.slot)
+            .arg(&ints[2])
+            .arg(&ints[3])
+            .arg(&ints[4])
+            .arg(&ints[5])
+            .arg(&style)
+            .arg(p.cs)
+            .arg(qo)
+            .arg(kc)
+            .arg(vc);
+        // SAFETY: sizes checked above; slots were checked against the cache on the host, and
+        // the RoPE table covers every position (checked on the host).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// SwiGLU over a fused gate|up output (`swiglu`): rows of `2f` in, rows of `f` out.
+    pub fn swiglu_fused(
+        &self,
+        gu: &CudaSlice<f32>,
+        f: usize,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if gu.len() < rows * 2 * f || out.len() < rows * f {
+            return Err(CudaError::Usage("swiglu_fused: buffer sizes".into()));
+        }
+        let func = self.function("swiglu_fused")?;
+        let (fi, ri) = (f as i32, rows as i32);
+        let mut l = self.stream.launch_builder(&func);
+        l.arg(gu).arg(&fi).arg(&ri).arg(out);
+        // SAFETY: sizes checked above.
+        unsafe { l.launch(LaunchConfig::for_num_elems((rows * f).max(1) as u32)) }?;
         Ok(())
     }
 }

@@ -10,7 +10,6 @@ use tf_models::ModelError;
 
 use super::scratch::{matmul, LOGIT_ROWS};
 use super::{CudaRunner, Graph, GRAPH_ROWS};
-use crate::rowops::{AttnDims, AttnKeys};
 use crate::{CudaError, Result};
 
 /// What a call needs on the device, built on the host.
@@ -26,6 +25,8 @@ pub struct HostRows {
     remaps: Vec<i32>,
     /// Rows whose logits are wanted.
     want: Vec<i32>,
+    /// The most keys any row reads.
+    max_keys: usize,
 }
 
 impl CudaRunner {
@@ -42,6 +43,7 @@ impl CudaRunner {
             tables: Vec::new(),
             remaps: Vec::new(),
             want: Vec::new(),
+            max_keys: 0,
         };
         let mut table_at: HashMap<(usize, usize), i32> = HashMap::new();
         for (r, row) in rows.iter().enumerate() {
@@ -79,20 +81,21 @@ impl CudaRunner {
             };
             let (base, roff) = match row.tree {
                 Some(t) => {
-                    if t.remap.base > row.pos + 1 || t.remap.slots.len() < row.pos + 1 - t.remap.base
+                    if t.remap.base > row.pos + 1
+                        || t.remap.slots.len() < row.pos + 1 - t.remap.base
                     {
                         return Err(EngineError::InvalidRequest(
                             "tree row remap does not cover its keys".into(),
                         ));
                     }
                     let o = h.remaps.len() as i32;
-                    h.remaps
-                        .extend(t.remap.slots.iter().map(|&s| s as i32));
+                    h.remaps.extend(t.remap.slots.iter().map(|&s| s as i32));
                     (t.remap.base as i32, o)
                 }
                 None => (-1, 0),
             };
             h.meta.extend([toff, row.pos as i32 + 1, base, roff]);
+            h.max_keys = h.max_keys.max(row.pos + 1);
             if row.logits {
                 h.want.push(r as i32);
             }
@@ -126,7 +129,11 @@ impl CudaRunner {
             return Ok(Vec::new());
         }
         let mut out = vec![0f32; h.want.len() * vocab];
-        if self.use_graphs && m <= GRAPH_ROWS && !self.prof.on() {
+        // Graphs bake in the attention form, which for few rows needs every row's keys to fit
+        // the split partials.
+        let split_ok = h.max_keys <= self.s.max_chunks * tf_kernels::attention::KEY_CHUNK;
+        self.split_ok = split_ok;
+        if self.use_graphs && m <= GRAPH_ROWS && !self.prof.on() && split_ok {
             // The graph computes logits for every row; the wanted ones are copied back.
             let all: Vec<i32> = (0..m as i32).collect();
             st.memcpy_htod(&all, &mut self.s.idx)?;
@@ -136,9 +143,7 @@ impl CudaRunner {
             }
             self.graphs[&m].0.launch()?;
             let (lo, hi) = (h.want[0] as usize, *h.want.last().unwrap() as usize + 1);
-            let mut span = vec![0f32; (hi - lo) * vocab];
-            st.memcpy_dtoh(&self.s.logits.slice(lo * vocab..hi * vocab), &mut span)?;
-            self.gpu.sync()?;
+            let span = self.download_logits(lo, hi)?;
             for (j, &r) in h.want.iter().enumerate() {
                 let r = r as usize - lo;
                 out[j * vocab..(j + 1) * vocab].copy_from_slice(&span[r * vocab..(r + 1) * vocab]);
@@ -150,13 +155,27 @@ impl CudaRunner {
             st.memcpy_htod(idx, &mut self.s.idx)?;
             self.head(idx.len())?;
             let at = b * LOGIT_ROWS * vocab;
-            st.memcpy_dtoh(
-                &self.s.logits.slice(0..idx.len() * vocab),
-                &mut out[at..at + idx.len() * vocab],
-            )?;
+            let span = self.download_logits(0, idx.len())?;
+            out[at..at + idx.len() * vocab].copy_from_slice(span);
         }
         self.gpu.sync()?;
+        self.prof.flush();
         Ok(out)
+    }
+
+    /// Logit rows `lo..hi` of `s.logits`, through the pinned buffer when there is one (a
+    /// pageable copy is several times slower). Waits for the stream.
+    fn download_logits(&mut self, lo: usize, hi: usize) -> Result<&[f32]> {
+        let vocab = self.model.config.vocab;
+        let src = self.s.logits.slice(lo * vocab..hi * vocab);
+        let n = (hi - lo) * vocab;
+        if let Some(p) = &mut self.pinned {
+            return p.download(&self.gpu, &src);
+        }
+        self.pageable.resize(n, 0.0);
+        self.gpu.stream.memcpy_dtoh(&src, &mut self.pageable[..n])?;
+        self.gpu.sync()?;
+        Ok(&self.pageable[..n])
     }
 
     fn capture(&mut self, m: usize) -> Result<Graph> {
@@ -175,91 +194,6 @@ impl CudaRunner {
         self.tag
     }
 
-    /// Every layer over the `m` rows in `s.x` (positions, slots and keys already uploaded).
-    fn layers(&mut self, m: usize) -> Result<()> {
-        let cfg = self.model.config.clone();
-        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
-        let eps = cfg.norm_eps;
-        let dims = AttnDims {
-            rows: m,
-            n_heads: cfg.n_heads,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
-        };
-        let gpu = self.gpu.clone();
-        let mut prof = std::mem::take(&mut self.prof);
-        prof.start(&gpu);
-        for li in 0..self.w.layers.len() {
-            // Four matmul inputs per layer: h (q/k/v), att, h (gate/up), act.
-            let t = self.tag;
-            self.tag += 4;
-            let lw = &self.w.layers[li];
-            let s = &mut self.s;
-            gpu.rms_norm(&s.x, &lw.attn_norm, d, eps, m, &mut s.h)?;
-            prof.mark(&gpu, "norm");
-            let tag = t + 1;
-            matmul(&gpu, &lw.wq, &s.h, tag, m, &mut s.acts, &mut s.q)?;
-            matmul(&gpu, &lw.wk, &s.h, tag, m, &mut s.acts, &mut s.k)?;
-            matmul(&gpu, &lw.wv, &s.h, tag, m, &mut s.acts, &mut s.v)?;
-            prof.mark(&gpu, "qkv");
-            if let Some(b) = &lw.bq {
-                gpu.add_bias(&mut s.q, b, m, qd)?;
-            }
-            if let Some(b) = &lw.bk {
-                gpu.add_bias(&mut s.k, b, m, kvd)?;
-            }
-            if let Some(b) = &lw.bv {
-                gpu.add_bias(&mut s.v, b, m, kvd)?;
-            }
-            prof.mark(&gpu, "bias");
-            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                let hd = cfg.head_dim;
-                gpu.rms_norm(&s.q, qn, hd, eps, m * cfg.n_heads, &mut s.tmp)?;
-                gpu.stream
-                    .memcpy_dtod(&s.tmp.slice(0..m * qd), &mut s.q.slice_mut(0..m * qd))?;
-                gpu.rms_norm(&s.k, kn, hd, eps, m * cfg.n_kv_heads, &mut s.tmp)?;
-                gpu.stream
-                    .memcpy_dtod(&s.tmp.slice(0..m * kvd), &mut s.k.slice_mut(0..m * kvd))?;
-            }
-            let (hd, rd, style) = (cfg.head_dim, cfg.rope_dim, cfg.rope_style);
-            gpu.rope(&mut s.q, &s.pos, m, cfg.n_heads, hd, rd, style, &self.rope_cs)?;
-            gpu.rope(&mut s.k, &s.pos, m, cfg.n_kv_heads, hd, rd, style, &self.rope_cs)?;
-            prof.mark(&gpu, "rope");
-            let (kc, vc) = (&mut self.kc[li], &mut self.vc[li]);
-            gpu.kv_write(&s.k, &s.v, &s.slot, m, kvd, kc, vc)?;
-            prof.mark(&gpu, "kv");
-            let keys = AttnKeys {
-                meta: &s.meta,
-                tables: &s.tables,
-                remaps: &s.remaps,
-            };
-            gpu.attention(dims, &s.q, kc, vc, &keys, &mut s.att)?;
-            prof.mark(&gpu, "attn");
-            let tag = t + 2;
-            matmul(&gpu, &lw.wo, &s.att, tag, m, &mut s.acts, &mut s.o)?;
-            prof.mark(&gpu, "wo");
-            gpu.add_into(&mut s.x, &s.o, m * d)?;
-            prof.mark(&gpu, "add");
-
-            gpu.rms_norm(&s.x, &lw.ffn_norm, d, eps, m, &mut s.h)?;
-            prof.mark(&gpu, "norm");
-            let tag = t + 3;
-            matmul(&gpu, &lw.w_gate, &s.h, tag, m, &mut s.acts, &mut s.gate)?;
-            matmul(&gpu, &lw.w_up, &s.h, tag, m, &mut s.acts, &mut s.up)?;
-            prof.mark(&gpu, "gate_up");
-            gpu.swiglu(&s.gate, &s.up, m * f, &mut s.act)?;
-            prof.mark(&gpu, "swiglu");
-            let tag = t + 4;
-            matmul(&gpu, &lw.w_down, &s.act, tag, m, &mut s.acts, &mut s.o)?;
-            prof.mark(&gpu, "down");
-            gpu.add_into(&mut s.x, &s.o, m * d)?;
-            prof.mark(&gpu, "add");
-        }
-        self.prof = prof;
-        Ok(())
-    }
-
     /// Logits of the `n` rows listed in `s.idx` into `s.logits`.
     fn head(&mut self, n: usize) -> Result<()> {
         let tag = self.next_tag();
@@ -269,7 +203,15 @@ impl CudaRunner {
         let s = &mut self.s;
         gpu.gather_rows(&s.x, &s.idx, n, d, &mut s.xs)?;
         gpu.rms_norm(&s.xs, &self.w.norm, d, cfg.norm_eps, n, &mut s.hs)?;
-        matmul(&gpu, &self.w.output, &s.hs, tag, n, &mut s.acts, &mut s.logits)?;
+        matmul(
+            &gpu,
+            &self.w.output,
+            &s.hs,
+            tag,
+            n,
+            &mut s.acts,
+            &mut s.logits,
+        )?;
         self.prof.mark(&gpu, "head");
         Ok(())
     }

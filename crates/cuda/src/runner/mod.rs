@@ -7,6 +7,8 @@
 //! launch kernel by kernel.
 
 mod forward;
+mod layers;
+mod pinned;
 mod prof;
 mod scratch;
 pub mod weights;
@@ -50,11 +52,17 @@ pub struct CudaRunner {
     /// Increments for every new matmul input (see `scratch::matmul`).
     tag: u64,
     prof: prof::Prof,
+    /// Whether the current call may run split attention (every row's keys fit the partials).
+    split_ok: bool,
+    /// Page-locked host memory for `LOGIT_ROWS` rows of logits (None if it could not be had).
+    pinned: Option<pinned::Pinned>,
+    pageable: Vec<f32>,
 }
 
 impl Drop for CudaRunner {
     fn drop(&mut self) {
         if self.prof.on() {
+            let _ = self.gpu.sync();
             eprintln!("{}", self.prof.report());
         }
     }
@@ -75,6 +83,14 @@ impl CudaRunner {
         max_rows: usize,
     ) -> Result<CudaRunner> {
         let cfg = &model.config;
+        crate::rowops::AttnDims {
+            rows: 1,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            scale: 1.0,
+        }
+        .check()?;
         let w = DevWeights::upload(&gpu, model.weights())?;
         let blocks = kv_positions.div_ceil(BLOCK_SIZE);
         let per_layer = blocks * BLOCK_SIZE * cfg.kv_dim();
@@ -90,7 +106,12 @@ impl CudaRunner {
             cfg.rope_base,
             rope_positions,
         ))?;
-        let s = Scratch::new(&gpu, cfg, max_rows.max(GRAPH_ROWS))?;
+        let s = Scratch::new(&gpu, cfg, max_rows.max(GRAPH_ROWS), context_len)?;
+        let pinned = if std::env::var("TENSORFOLD_CUDA_PINNED").is_ok_and(|v| v == "0") {
+            None
+        } else {
+            pinned::Pinned::new(&gpu, scratch::LOGIT_ROWS * cfg.vocab)
+        };
         let use_graphs = std::env::var("TENSORFOLD_CUDA_GRAPHS").map_or(true, |v| v != "0");
         Ok(CudaRunner {
             gpu,
@@ -107,6 +128,9 @@ impl CudaRunner {
             use_graphs,
             tag: 0,
             prof: prof::Prof::from_env(),
+            split_ok: true,
+            pinned,
+            pageable: Vec::new(),
         })
     }
 
@@ -242,4 +266,3 @@ impl CudaRunner {
         self.run(rows.len(), &host).map_err(backend)
     }
 }
-

@@ -32,6 +32,9 @@ pub struct Scratch {
     pub att: CudaSlice<f32>,
     pub tmp: CudaSlice<f32>,
     pub o: CudaSlice<f32>,
+    /// Fused q|k|v and gate|up outputs.
+    pub qkv: CudaSlice<f32>,
+    pub gu: CudaSlice<f32>,
     pub gate: CudaSlice<f32>,
     pub up: CudaSlice<f32>,
     pub act: CudaSlice<f32>,
@@ -45,10 +48,25 @@ pub struct Scratch {
     pub idx: CudaSlice<i32>,
     pub tables: CudaSlice<i32>,
     pub remaps: CudaSlice<i32>,
+    /// Split attention's per-chunk partials (`SPLIT_ROWS` rows, `max_chunks` chunks per head).
+    pub part_ml: CudaSlice<f32>,
+    pub part_o: CudaSlice<f32>,
+    pub max_chunks: usize,
 }
 
+/// Calls of up to this many rows run attention split over key chunks.
+pub const SPLIT_ROWS: usize = 64;
+/// Device memory for the split attention's partials at most; beyond, long contexts run the
+/// one-pass kernel.
+const SPLIT_BYTES: usize = 1 << 30;
+
 impl Scratch {
-    pub fn new(gpu: &Gpu, cfg: &ModelConfig, cap: usize) -> Result<Scratch> {
+    pub fn new(gpu: &Gpu, cfg: &ModelConfig, cap: usize, max_keys: usize) -> Result<Scratch> {
+        let per_chunk = SPLIT_ROWS * cfg.n_heads * (cfg.head_dim + 2) * 4;
+        let max_chunks = max_keys
+            .div_ceil(tf_kernels::attention::KEY_CHUNK)
+            .clamp(1, (SPLIT_BYTES / per_chunk).max(1));
+        let parts = SPLIT_ROWS * cfg.n_heads * max_chunks;
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
         let kmax = d.max(qd).max(f);
         Ok(Scratch {
@@ -61,6 +79,8 @@ impl Scratch {
             att: gpu.zeros(cap * qd)?,
             tmp: gpu.zeros(cap * qd)?,
             o: gpu.zeros(cap * d)?,
+            qkv: gpu.zeros(cap * (qd + 2 * kvd))?,
+            gu: gpu.zeros(cap * 2 * f)?,
             gate: gpu.zeros(cap * f)?,
             up: gpu.zeros(cap * f)?,
             act: gpu.zeros(cap * f)?,
@@ -79,6 +99,9 @@ impl Scratch {
             idx: gpu.zeros(cap.max(LOGIT_ROWS))?,
             tables: gpu.zeros(4096)?,
             remaps: gpu.zeros(1024)?,
+            part_ml: gpu.zeros(2 * parts)?,
+            part_o: gpu.zeros(parts * cfg.head_dim)?,
+            max_chunks,
         })
     }
 

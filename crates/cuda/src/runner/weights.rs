@@ -19,11 +19,17 @@ pub struct DevMatrix {
     pub data: CudaSlice<u8>,
 }
 
+/// Matrices reading the same input: one matrix of all their rows when they share a tensor type
+/// (one launch), else each on its own.
+pub enum Group {
+    Fused(DevMatrix),
+    Split(Vec<DevMatrix>),
+}
+
 pub struct DevLayer {
     pub attn_norm: CudaSlice<f32>,
-    pub wq: DevMatrix,
-    pub wk: DevMatrix,
-    pub wv: DevMatrix,
+    /// wq, wk, wv.
+    pub qkv: Group,
     pub wo: DevMatrix,
     pub bq: Option<CudaSlice<f32>>,
     pub bk: Option<CudaSlice<f32>>,
@@ -31,8 +37,8 @@ pub struct DevLayer {
     pub q_norm: Option<CudaSlice<f32>>,
     pub k_norm: Option<CudaSlice<f32>>,
     pub ffn_norm: CudaSlice<f32>,
-    pub w_gate: DevMatrix,
-    pub w_up: DevMatrix,
+    /// w_gate, w_up.
+    pub gate_up: Group,
     pub w_down: DevMatrix,
 }
 
@@ -66,6 +72,21 @@ impl Uploader<'_> {
         })
     }
 
+    /// The matrices as one (rows concatenated) when they share type and width.
+    fn group(&mut self, ms: &[&WeightMatrix], fuse: bool) -> Result<Group> {
+        let same = fuse && ms.iter().all(|m| m.dtype == ms[0].dtype && m.k == ms[0].k);
+        if !same || !std::env::var("TENSORFOLD_CUDA_FUSE").map_or(true, |v| v != "0") {
+            return Ok(Group::Split(
+                ms.iter().map(|m| self.matrix(m)).collect::<Result<_>>()?,
+            ));
+        }
+        let bytes: Vec<u8> = ms.iter().flat_map(|m| m.data.iter().copied()).collect();
+        let n = ms.iter().map(|m| m.n).sum();
+        let joined = WeightMatrix::new(ms[0].dtype, ms[0].k, n, &bytes)
+            .ok_or_else(|| CudaError::Usage("fused matrix size".into()))?;
+        Ok(Group::Fused(self.matrix(&joined)?))
+    }
+
     fn floats(&mut self, v: &[f32]) -> Result<CudaSlice<f32>> {
         self.bytes += v.len() * 4;
         self.gpu.upload(v)
@@ -83,9 +104,8 @@ impl DevWeights {
         for l in &w.layers {
             layers.push(DevLayer {
                 attn_norm: up.floats(&l.attn_norm)?,
-                wq: up.matrix(&l.wq)?,
-                wk: up.matrix(&l.wk)?,
-                wv: up.matrix(&l.wv)?,
+                // Per-head q/k norms run between the matmuls and RoPE: kept apart there.
+                qkv: up.group(&[&l.wq, &l.wk, &l.wv], l.q_norm.is_none())?,
                 wo: up.matrix(&l.wo)?,
                 bq: up.opt(&l.bq)?,
                 bk: up.opt(&l.bk)?,
@@ -93,8 +113,7 @@ impl DevWeights {
                 q_norm: up.opt(&l.q_norm)?,
                 k_norm: up.opt(&l.k_norm)?,
                 ffn_norm: up.floats(&l.ffn_norm)?,
-                w_gate: up.matrix(&l.w_gate)?,
-                w_up: up.matrix(&l.w_up)?,
+                gate_up: up.group(&[&l.w_gate, &l.w_up], true)?,
                 w_down: up.matrix(&l.w_down)?,
             });
         }

@@ -1,0 +1,167 @@
+//! The decoder layers on the device: `tf_models::Model::forward`'s op sequence, with neighbours
+//! fused where the fused kernel runs the same operations (q|k|v and gate|up matmuls in one
+//! launch, biases + RoPE + KV write, residual add + the next RMSNorm).
+
+use super::scratch::{matmul, SPLIT_ROWS};
+use super::weights::Group;
+use super::CudaRunner;
+use crate::rowops::{AttnDims, AttnKeys, QkvPost};
+use crate::Result;
+
+impl CudaRunner {
+    /// Every layer over the `m` rows in `s.x` (positions, slots and keys already uploaded).
+    pub(super) fn layers(&mut self, m: usize) -> Result<()> {
+        let cfg = self.model.config.clone();
+        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        let (hd, eps) = (cfg.head_dim, cfg.norm_eps);
+        let dims = AttnDims {
+            rows: m,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let gpu = self.gpu.clone();
+        let mut prof = std::mem::take(&mut self.prof);
+        prof.start(&gpu);
+        let n_layers = self.w.layers.len();
+        gpu.rms_norm(
+            &self.s.x,
+            &self.w.layers[0].attn_norm,
+            d,
+            eps,
+            m,
+            &mut self.s.h,
+        )?;
+        prof.mark(&gpu, "norm");
+        for li in 0..n_layers {
+            // Four matmul inputs per layer: h (q/k/v), att, h (gate/up), act.
+            let t = self.tag;
+            self.tag += 4;
+            let lw = &self.w.layers[li];
+            let next_norm = self.w.layers.get(li + 1).map(|l| &l.attn_norm);
+            let s = &mut self.s;
+            let (kc, vc) = (&mut self.kc[li], &mut self.vc[li]);
+            let (rd, style) = (cfg.rope_dim, cfg.rope_style);
+
+            match (&lw.qkv, &lw.q_norm, &lw.k_norm) {
+                (Group::Split(ws), Some(qn), Some(kn)) => {
+                    // Per-head norms between the matmuls and RoPE: the ops one by one.
+                    matmul(&gpu, &ws[0], &s.h, t + 1, m, &mut s.acts, &mut s.q)?;
+                    matmul(&gpu, &ws[1], &s.h, t + 1, m, &mut s.acts, &mut s.k)?;
+                    matmul(&gpu, &ws[2], &s.h, t + 1, m, &mut s.acts, &mut s.v)?;
+                    for (x, b, n) in [
+                        (&mut s.q, &lw.bq, qd),
+                        (&mut s.k, &lw.bk, kvd),
+                        (&mut s.v, &lw.bv, kvd),
+                    ] {
+                        if let Some(b) = b {
+                            gpu.add_bias(x, b, m, n)?;
+                        }
+                    }
+                    gpu.rms_norm(&s.q, qn, hd, eps, m * cfg.n_heads, &mut s.tmp)?;
+                    gpu.stream
+                        .memcpy_dtod(&s.tmp.slice(0..m * qd), &mut s.q.slice_mut(0..m * qd))?;
+                    gpu.rms_norm(&s.k, kn, hd, eps, m * cfg.n_kv_heads, &mut s.tmp)?;
+                    gpu.stream
+                        .memcpy_dtod(&s.tmp.slice(0..m * kvd), &mut s.k.slice_mut(0..m * kvd))?;
+                    let nh = (cfg.n_heads, cfg.n_kv_heads);
+                    gpu.rope(&mut s.q, &s.pos, m, nh.0, hd, rd, style, &self.rope_cs)?;
+                    gpu.rope(&mut s.k, &s.pos, m, nh.1, hd, rd, style, &self.rope_cs)?;
+                    gpu.kv_write(&s.k, &s.v, &s.slot, m, kvd, kc, vc)?;
+                }
+                (group, _, _) => {
+                    match group {
+                        Group::Fused(w) => {
+                            matmul(&gpu, w, &s.h, t + 1, m, &mut s.acts, &mut s.qkv)?;
+                        }
+                        Group::Split(ws) => {
+                            matmul(&gpu, &ws[0], &s.h, t + 1, m, &mut s.acts, &mut s.tmp)?;
+                            matmul(&gpu, &ws[1], &s.h, t + 1, m, &mut s.acts, &mut s.k)?;
+                            matmul(&gpu, &ws[2], &s.h, t + 1, m, &mut s.acts, &mut s.v)?;
+                        }
+                    }
+                    prof.mark(&gpu, "qkv");
+                    let post = match group {
+                        Group::Fused(_) => QkvPost {
+                            q: s.qkv.slice(0..),
+                            k: s.qkv.slice(qd..),
+                            v: s.qkv.slice(qd + kvd..),
+                            q_stride: qd + 2 * kvd,
+                            kv_stride: qd + 2 * kvd,
+                            bq: lw.bq.as_ref(),
+                            bk: lw.bk.as_ref(),
+                            bv: lw.bv.as_ref(),
+                            pos: &s.pos,
+                            slot: &s.slot,
+                            rot_dim: rd,
+                            style,
+                            cs: &self.rope_cs,
+                        },
+                        Group::Split(_) => QkvPost {
+                            q: s.tmp.slice(0..),
+                            k: s.k.slice(0..),
+                            v: s.v.slice(0..),
+                            q_stride: qd,
+                            kv_stride: kvd,
+                            bq: lw.bq.as_ref(),
+                            bk: lw.bk.as_ref(),
+                            bv: lw.bv.as_ref(),
+                            pos: &s.pos,
+                            slot: &s.slot,
+                            rot_dim: rd,
+                            style,
+                            cs: &self.rope_cs,
+                        },
+                    };
+                    gpu.qkv_post(&post, m, dims, &mut s.q, kc, vc)?;
+                }
+            }
+            prof.mark(&gpu, "qkv_post");
+
+            let keys = AttnKeys {
+                meta: &s.meta,
+                tables: &s.tables,
+                remaps: &s.remaps,
+            };
+            if m <= SPLIT_ROWS && self.split_ok {
+                // About two blocks per multiprocessor over all (row, KV head) pairs.
+                let splits = (264 / (m * cfg.n_kv_heads)).clamp(1, s.max_chunks);
+                let (ml, po) = (&mut s.part_ml, &mut s.part_o);
+                let mc = s.max_chunks;
+                gpu.attention_split(dims, &s.q, kc, vc, &keys, mc, splits, ml, po, &mut s.att)?;
+            } else {
+                gpu.attention(dims, &s.q, kc, vc, &keys, &mut s.att)?;
+            }
+            prof.mark(&gpu, "attn");
+            matmul(&gpu, &lw.wo, &s.att, t + 2, m, &mut s.acts, &mut s.o)?;
+            prof.mark(&gpu, "wo");
+            gpu.add_rms_norm(&mut s.x, &s.o, &lw.ffn_norm, d, eps, m, &mut s.h)?;
+            prof.mark(&gpu, "add_norm");
+
+            match &lw.gate_up {
+                Group::Fused(w) => {
+                    matmul(&gpu, w, &s.h, t + 3, m, &mut s.acts, &mut s.gu)?;
+                    prof.mark(&gpu, "gate_up");
+                    gpu.swiglu_fused(&s.gu, f, m, &mut s.act)?;
+                }
+                Group::Split(ws) => {
+                    matmul(&gpu, &ws[0], &s.h, t + 3, m, &mut s.acts, &mut s.gate)?;
+                    matmul(&gpu, &ws[1], &s.h, t + 3, m, &mut s.acts, &mut s.up)?;
+                    prof.mark(&gpu, "gate_up");
+                    gpu.swiglu(&s.gate, &s.up, m * f, &mut s.act)?;
+                }
+            }
+            prof.mark(&gpu, "swiglu");
+            matmul(&gpu, &lw.w_down, &s.act, t + 4, m, &mut s.acts, &mut s.o)?;
+            prof.mark(&gpu, "down");
+            match next_norm {
+                Some(w) => gpu.add_rms_norm(&mut s.x, &s.o, w, d, eps, m, &mut s.h)?,
+                None => gpu.add_into(&mut s.x, &s.o, m * d)?,
+            }
+            prof.mark(&gpu, "add_norm");
+        }
+        self.prof = prof;
+        Ok(())
+    }
+}
