@@ -191,7 +191,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     let spec = load::spec_or_default(args.model.as_deref());
     let path = load::resolve(spec, global)?;
     let loaded = load::load(&path)?;
-    let model = std::sync::Arc::new(loaded.model);
+    let model = loaded.model;
     let cfg = &model.config;
     let pool = std::sync::Arc::new(load::thread_pool(global));
     let backend = crate::device::Backend::open(global)?;

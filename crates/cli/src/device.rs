@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use anyhow::Result;
 #[cfg(feature = "cuda")]
 use anyhow::Context;
+use anyhow::Result;
 use tf_engine::{ModelRunner, Runner};
 use tf_kernels::ThreadPool;
 use tf_models::Model;

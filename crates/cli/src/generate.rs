@@ -6,9 +6,9 @@
 
 use anyhow::{bail, Result};
 use tf_core::{BlockId, TokenId};
-use tf_kernels::kv::{KvCache, BLOCK_SIZE};
-use tf_kernels::ThreadPool;
-use tf_models::{Model, Row};
+use tf_engine::Runner;
+use tf_kernels::kv::BLOCK_SIZE;
+use tf_models::Row;
 
 use crate::sample::Sampler;
 
@@ -16,10 +16,9 @@ use crate::sample::Sampler;
 /// changes speed only, never a logit.
 pub const PREFILL_CHUNK_ROWS: usize = 256;
 
-pub struct Generator<'a> {
-    model: &'a Model,
-    pool: &'a ThreadPool,
-    kv: KvCache,
+pub struct Generator {
+    /// The model with a KV cache of at least `context` positions (CPU or GPU).
+    runner: Box<dyn Runner>,
     /// Block ids covering positions `0..context`; this generator is the cache's only user.
     table: Vec<BlockId>,
     context: usize,
@@ -32,15 +31,12 @@ pub struct Generator<'a> {
     sampler: Sampler,
 }
 
-impl<'a> Generator<'a> {
-    /// A generator with room for `context` positions (`context >= 1`).
-    pub fn new(model: &'a Model, pool: &'a ThreadPool, context: usize, sampler: Sampler) -> Self {
+impl Generator {
+    /// A generator over `runner`, whose cache must hold `context` positions (`context >= 1`).
+    pub fn new(runner: Box<dyn Runner>, context: usize, sampler: Sampler) -> Self {
         let blocks = context.div_ceil(BLOCK_SIZE).max(1);
-        let cfg = &model.config;
         Generator {
-            model,
-            pool,
-            kv: KvCache::new(cfg.n_layers, cfg.kv_dim(), blocks),
+            runner,
             table: (0..blocks as BlockId).collect(),
             context,
             tokens: Vec::new(),
@@ -121,7 +117,7 @@ impl<'a> Generator<'a> {
 
     /// Runs `tokens[fed..]` through the model and keeps the last row's logits.
     fn feed_pending(&mut self) -> Result<()> {
-        let vocab = self.model.config.vocab;
+        let vocab = self.runner.vocab();
         while self.fed < self.tokens.len() {
             let end = (self.fed + PREFILL_CHUNK_ROWS).min(self.tokens.len());
             let rows: Vec<Row> = (self.fed..end)
@@ -133,7 +129,7 @@ impl<'a> Generator<'a> {
                     tree: None,
                 })
                 .collect();
-            let out = self.model.forward(self.pool, &rows, &mut self.kv)?;
+            let out = self.runner.forward(&rows)?;
             self.fed = end;
             if self.fed == self.tokens.len() {
                 if out.len() != vocab {

@@ -42,7 +42,7 @@ pub fn build(
 ) -> Result<Lanes> {
     let path = load::resolve(target_spec, global)?;
     let loaded = load::load(&path)?;
-    let target = Arc::new(loaded.model);
+    let target = loaded.model;
     let draft_spec = match draft {
         Some("none") => None,
         Some(s) => Some(s.to_string()),

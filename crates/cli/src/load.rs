@@ -13,7 +13,7 @@ use crate::GlobalArgs;
 /// A loaded model and its tokenizer.
 pub struct Loaded {
     pub path: PathBuf,
-    pub model: Model,
+    pub model: std::sync::Arc<Model>,
     pub tokenizer: Tokenizer,
 }
 
@@ -72,7 +72,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
     .with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
     Ok(Loaded {
         path: path.to_path_buf(),
-        model,
+        model: std::sync::Arc::new(model),
         tokenizer,
     })
 }

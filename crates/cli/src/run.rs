@@ -159,13 +159,19 @@ pub fn run(args: &RunArgs, global: &GlobalArgs) -> Result<()> {
         }
         None => trained.min(DEFAULT_CONTEXT),
     };
-    let pool = load::thread_pool(global);
-    let mut generator = Generator::new(
-        &loaded.model,
+    let pool = std::sync::Arc::new(load::thread_pool(global));
+    let backend = crate::device::Backend::open(global)?;
+    let model = loaded.model.clone();
+    let positions =
+        context.div_ceil(tf_kernels::kv::BLOCK_SIZE).max(1) * tf_kernels::kv::BLOCK_SIZE;
+    let runner = backend.runner(
+        &model,
         &pool,
+        positions,
         context,
-        Sampler::new(params, args.seed),
-    );
+        crate::generate::PREFILL_CHUNK_ROWS,
+    )?;
+    let mut generator = Generator::new(runner, context, Sampler::new(params, args.seed));
     let mut out = std::io::stdout().lock();
 
     if args.chat {

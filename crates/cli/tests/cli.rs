@@ -192,6 +192,42 @@ fn bad_flags_are_named() {
     assert!(text(&out.stderr).contains("--temperature"));
 }
 
+/// Without a GPU (CI) or without the `cuda` feature, `--device cuda` fails with a message naming
+/// the flag, and `--device auto` falls back to the CPU with the same text as `--device cpu`.
+#[test]
+fn device_flag_is_honoured() {
+    smollm2();
+    let args = |device: &'static str| {
+        vec![
+            "run",
+            "smollm2-135m",
+            "--prompt",
+            "def fib(n):",
+            "--max-tokens",
+            "6",
+            "--device",
+            device,
+        ]
+    };
+    let cpu = run(&args("cpu"));
+    assert!(cpu.status.success(), "{}", text(&cpu.stderr));
+    let auto = run(&args("auto"));
+    assert!(auto.status.success(), "{}", text(&auto.stderr));
+    assert_eq!(text(&auto.stdout), text(&cpu.stdout));
+    let cuda = run(&args("cuda"));
+    if !cuda.status.success() {
+        let err = text(&cuda.stderr);
+        assert!(err.contains("--device cuda"), "{err}");
+        assert!(err.lines().count() <= 2, "a short message: {err}");
+    } else {
+        // A machine with a GPU: the same text, bit-exact logits.
+        assert_eq!(text(&cuda.stdout), text(&cpu.stdout));
+    }
+    let bad = run(&["run", "--prompt", "x", "--device", "tpu"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("--device"));
+}
+
 #[test]
 fn info_does_not_fetch() {
     let empty = temp_path("empty-cache");

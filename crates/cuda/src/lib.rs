@@ -78,6 +78,11 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".into());
+            if msg.contains("Unable to dynamically load") {
+                return Err(CudaError::Unavailable(format!(
+                    "{what} was not found (no NVIDIA driver or CUDA library on this machine)"
+                )));
+            }
             Err(CudaError::Unavailable(format!("{what}: {msg}")))
         }
     }
