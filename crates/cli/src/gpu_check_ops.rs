@@ -220,6 +220,37 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         }
     }
 
+    // Q4_K in the interleaved layout the GPU runner uploads.
+    {
+        let wbytes = tf_weights::random_blocks(DType::Q4K, N * K, args.seed ^ 0x1F1F);
+        let w = WeightMatrix::new(DType::Q4K, K, N, &wbytes).context("weight matrix")?;
+        let acts = Activations::new(level, &x, max_rows, K);
+        let mut want = vec![0f32; max_rows * N];
+        matmul(&pool, &w, &acts, &mut want);
+        let dw = gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, N, K))?;
+        for &rows in &args.rows {
+            let mut out = gpu.zeros::<f32>(rows * N)?;
+            let act = gpu.quantize(&dx, rows, K, ActBlock::B256)?;
+            let mut launch = || -> Result<()> {
+                gpu.matmul_q4k_interleaved(&dw, N, &act, &mut out)?;
+                Ok(())
+            };
+            launch()?;
+            let micros = time(&gpu, &mut launch)?;
+            let got = gpu.download(&out)?;
+            let (eq, md) = bits_equal(&got, &want[..rows * N]);
+            table.push(Row {
+                op: "matmul interleaved",
+                ty: format!("Q4_K {N}x{K}"),
+                rows,
+                equal: eq,
+                total: rows * N,
+                max_diff: md,
+                micros,
+            });
+        }
+    }
+
     // RMSNorm, at a width that is a multiple of 16 and one that is not.
     for n in [K, 1000] {
         let xn = activations(max_rows, n, args.seed ^ 0x5151);
@@ -376,6 +407,21 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
         let x = activations(64, k, seed);
         let dx = gpu.upload(&x)?;
         let block = tf_kernels::matmul::act_block(dtype).expect("quantized");
+        if dtype == DType::Q4K {
+            let dil = gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, n, k))?;
+            for rows in [1, 2, 4, 8, 16, 32, 64] {
+                let act = gpu.quantize(&dx, rows, k, block)?;
+                let mut out = gpu.zeros::<f32>(rows * n)?;
+                gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?;
+                let micros = time(gpu, || {
+                    Ok(gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?)
+                })?;
+                println!(
+                    "| {dtype} Interleaved | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
+                    wbytes.len() as f64 / micros / 1e3
+                );
+            }
+        }
         for form in [MatmulForm::Warp, MatmulForm::Tile] {
             for rows in [1, 2, 4, 8, 16, 32, 64] {
                 let act = gpu.quantize(&dx, rows, k, block)?;

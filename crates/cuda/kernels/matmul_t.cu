@@ -21,7 +21,7 @@ __device__ __forceinline__ int ld4_a2(const u8* p) {
 template <int T>
 struct Dec {
     const u8* blk;
-    __device__ __forceinline__ void load(const u8* b) { blk = b; }
+    __device__ __forceinline__ void load(const u8* b, int) { blk = b; }
     __device__ __forceinline__ void sums(const i8* x, const i16* sr, int b, int& isum, int& msum,
                                          int& shape, float& d, float& dmin) const {
         int is = 0, ms = 0;
@@ -43,20 +43,23 @@ struct Dec<T_Q4K> {
     u32 qs[32];
     int sc[8], mn[8];
     float d, dmin;
-    __device__ __forceinline__ void load(const u8* b) {
-        d = f16_at(b);
-        dmin = f16_at(b + 2);
-        const uint4* q4 = (const uint4*)(b + 16);
+    // The block's nine 16-byte words are `stride` bytes apart: 16 in the GGUF layout, 512 in
+    // the interleaved one (word w of 32 columns' blocks side by side, see `interleave_q4k`).
+    __device__ __forceinline__ void load(const u8* b, int stride) {
+        uint4 w0 = *(const uint4*)b;
+        const u8* h = (const u8*)&w0;
+        d = f16_at(h);
+        dmin = f16_at(h + 2);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            uint4 v = q4[i];
+            uint4 v = *(const uint4*)(b + (size_t)(i + 1) * stride);
             qs[4 * i] = v.x;
             qs[4 * i + 1] = v.y;
             qs[4 * i + 2] = v.z;
             qs[4 * i + 3] = v.w;
         }
 #pragma unroll
-        for (int j = 0; j < 8; j++) scale_min_k4(j, b + 4, &sc[j], &mn[j]);
+        for (int j = 0; j < 8; j++) scale_min_k4(j, h + 4, &sc[j], &mn[j]);
     }
     __device__ __forceinline__ void sums(const i8* x, const i16* sr, int b, int& isum, int& msum,
                                          int& shape, float& dd, float& ddmin) const {
@@ -98,7 +101,7 @@ struct Dec<T_Q4K> {
 template <>
 struct Dec<T_Q6K> {
     const u8* blk;
-    __device__ __forceinline__ void load(const u8* b) { blk = b; }
+    __device__ __forceinline__ void load(const u8* b, int) { blk = b; }
     __device__ __forceinline__ void sums(const i8* x, const i16* sr, int b, int& isum, int& msum,
                                          int& shape, float& dd, float& ddmin) const {
         const int* x4 = (const int*)x;
@@ -139,7 +142,7 @@ struct Dec<T_Q6K> {
 template <>
 struct Dec<T_Q8_0> {
     const u8* blk;
-    __device__ __forceinline__ void load(const u8* b) { blk = b; }
+    __device__ __forceinline__ void load(const u8* b, int) { blk = b; }
     __device__ __forceinline__ void sums(const i8* x, const i16* sr, int b, int& isum, int& msum,
                                          int& shape, float& dd, float& ddmin) const {
         const int* x4 = (const int*)x;
@@ -158,7 +161,8 @@ struct Dec<T_Q8_0> {
 // l % C, block g + w * (32 / C) + l / C of each group of SLOTS = WARPS * 32 / C blocks. Many
 // rows: 8 rows x 32 columns x 8 warps. One or two rows: 2 rows x 32 columns x 16 warps (16
 // blocks per column in flight; 8 columns x 64 blocks measured slower on the H200).
-template <int T, int ROWS, int WARPS, int C>
+// IL: Q4_K weights in the interleaved layout (C must be 32).
+template <int T, int ROWS, int WARPS, int C, bool IL = false>
 __device__ __forceinline__ void matmul_t(const u8* w, int n, int k, const i8* xq,
                                          const float* xd, const i16* xs, int rows, float* out) {
     const int BE = QType<T>::BE, BB = QType<T>::BB, SL = QType<T>::SL;
@@ -183,7 +187,11 @@ __device__ __forceinline__ void matmul_t(const u8* w, int n, int k, const i8* xq
         const int b = g + slot;
         if (col < n && b < nb) {
             Dec<T> dec;
-            dec.load(wr + (size_t)b * BB);
+            if (IL) {
+                dec.load(w + ((size_t)blockIdx.y * nb + b) * 9 * 512 + cl * 16, 512);
+            } else {
+                dec.load(wr + (size_t)b * BB, 16);
+            }
             int shape = 0;
             float d = 0.0f, dmin = 0.0f;
             for (int rr = 0; rr < nrows; rr++) {
@@ -233,3 +241,16 @@ MATMUL_T(matmul_tt_q3k, T_Q3K)
 MATMUL_T(matmul_tt_q4k, T_Q4K)
 MATMUL_T(matmul_tt_q5k, T_Q5K)
 MATMUL_T(matmul_tt_q6k, T_Q6K)
+
+// Q4_K in the interleaved layout (`interleave_q4k` on the host): a warp's 32 lanes read 512
+// contiguous bytes per load.
+extern "C" __global__ void __launch_bounds__(256)
+    matmul_tt_q4k_i(const u8* w, int n, int k, const i8* xq, const float* xd, const i16* xs,
+                    int rows, float* out) {
+    matmul_t<T_Q4K, 8, 8, 32, true>(w, n, k, xq, xd, xs, rows, out);
+}
+extern "C" __global__ void __launch_bounds__(512)
+    matmul_tt_q4k_i_r2(const u8* w, int n, int k, const i8* xq, const float* xd, const i16* xs,
+                       int rows, float* out) {
+    matmul_t<T_Q4K, 2, 16, 32, true>(w, n, k, xq, xd, xs, rows, out);
+}

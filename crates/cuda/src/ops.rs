@@ -37,6 +37,27 @@ impl MatmulForm {
     }
 }
 
+/// Q4_K weight rows (`n` rows of `k / 256` blocks of 144 bytes) in the interleaved layout of
+/// `matmul_tt_q4k_i`: for each tile of 32 rows, each block index and each of a block's nine
+/// 16-byte words, that word of the tile's 32 rows side by side (512 bytes); rows past `n` in the
+/// last tile are zero. Same bytes, other places: the kernels compute the same sums.
+pub fn interleave_q4k(data: &[u8], n: usize, k: usize) -> Vec<u8> {
+    let nb = k / 256;
+    let tiles = n.div_ceil(32);
+    let mut out = vec![0u8; tiles * nb * 9 * 512];
+    for c in 0..n {
+        let (tile, lane) = (c / 32, c % 32);
+        for b in 0..nb {
+            let blk = &data[(c * nb + b) * 144..][..144];
+            for w in 0..9 {
+                let at = ((tile * nb + b) * 9 + w) * 512 + lane * 16;
+                out[at..at + 16].copy_from_slice(&blk[16 * w..16 * w + 16]);
+            }
+        }
+    }
+    out
+}
+
 /// The matmul kernel of a quantized weight type, `None` where there is none yet.
 pub fn matmul_kernel(dtype: DType) -> Option<&'static str> {
     Some(match dtype {
@@ -179,7 +200,56 @@ impl Gpu {
         x: &DevAct,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        self.matmul_q_form(self.matmul_form, dtype, w, n, x, out)
+        // The tile kernels decode Q4_K, Q6_K and Q8_0 with dp4a; other types go through the
+        // generic decoder, which for one to three rows is slower than the warp kernels
+        // (measured on the H200). Either form gives the same bits.
+        let form = match (self.matmul_form, dtype) {
+            (MatmulForm::Tile, DType::Q4K | DType::Q6K | DType::Q8_0) => MatmulForm::Tile,
+            (MatmulForm::Tile, _) if x.rows >= 4 => MatmulForm::Tile,
+            _ => MatmulForm::Warp,
+        };
+        self.matmul_q_form(form, dtype, w, n, x, out)
+    }
+
+    /// `out = x · wᵀ` for Q4_K weights laid out by [`interleave_q4k`] (`n` rows of `x.k`).
+    pub fn matmul_q4k_interleaved(
+        &self,
+        w: &CudaSlice<u8>,
+        n: usize,
+        x: &DevAct,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if x.block != ActBlock::B256
+            || !x.k.is_multiple_of(256)
+            || w.len() < n.div_ceil(32) * (x.k / 256) * 9 * 512
+            || out.len() < x.rows * n
+        {
+            return Err(CudaError::Usage("matmul_q4k_interleaved: sizes".into()));
+        }
+        let (tile_rows, warps, name) = if x.rows <= 2 {
+            (2, 16, "matmul_tt_q4k_i_r2")
+        } else {
+            (8, 8, "matmul_tt_q4k_i")
+        };
+        let f = self.function(name)?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(x.rows, tile_rows), grid(n, 32), 1),
+            block_dim: (32 * warps, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (ni, ki, ri) = (n as i32, x.k as i32, x.rows as i32);
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(w)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&x.qs)
+            .arg(&x.d)
+            .arg(&x.sums)
+            .arg(&ri)
+            .arg(out);
+        // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
     }
 
     /// [`matmul_q`](Self::matmul_q) with the kernel form chosen.
@@ -407,4 +477,32 @@ pub fn rope_table(rot_dim: usize, base: f32, max_pos: usize) -> Vec<f32> {
         }
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleaving_moves_every_word_of_every_block_once() {
+        let (n, k) = (37, 512);
+        let data: Vec<u8> = (0..n * (k / 256) * 144)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let il = interleave_q4k(&data, n, k);
+        assert_eq!(il.len(), 2 * 2 * 9 * 512);
+        let nb = k / 256;
+        for c in 0..n {
+            for b in 0..nb {
+                for w in 0..9 {
+                    let at = (((c / 32) * nb + b) * 9 + w) * 512 + (c % 32) * 16;
+                    let src = (c * nb + b) * 144 + 16 * w;
+                    assert_eq!(il[at..at + 16], data[src..src + 16], "c {c} b {b} w {w}");
+                }
+            }
+        }
+        // Lanes past n in the last tile are zero.
+        let at = ((nb + 1) * 9 + 8) * 512 + 5 * 16;
+        assert!(il[at..at + 16].iter().all(|&v| v == 0));
+    }
 }

@@ -1,51 +1,29 @@
 //! The forward pass on the device: the op sequence of `tf_models::Model::forward`, each op a
 //! kernel with the CPU's arithmetic.
 
-use std::collections::HashMap;
-
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use tf_engine::runner::Row;
 use tf_engine::EngineError;
 use tf_models::ModelError;
 
+use super::layout::{layout, RowLayout};
 use super::scratch::{matmul, LOGIT_ROWS};
 use super::{CudaRunner, Graph, GRAPH_ROWS};
 use crate::{CudaError, Result};
 
-/// What a call needs on the device, built on the host.
+/// What a call needs on the device, built on the host: the embedding rows and the layout.
 pub struct HostRows {
     /// Embedding rows, `d_model` values each.
     x: Vec<f32>,
-    pos: Vec<i32>,
-    /// Cache index each row's key and value go to.
-    slot: Vec<i32>,
-    /// Per row: table offset, key count, remap base (-1: none), remap offset.
-    meta: Vec<i32>,
-    tables: Vec<i32>,
-    remaps: Vec<i32>,
-    /// Rows whose logits are wanted.
-    want: Vec<i32>,
-    /// The most keys any row reads.
-    max_keys: usize,
+    l: RowLayout,
 }
 
 impl CudaRunner {
-    /// Checks the rows and lays out what the kernels read.
+    /// Checks the rows, looks up their embeddings and lays out what the kernels read.
     pub(super) fn prepare(&self, rows: &[Row]) -> std::result::Result<HostRows, EngineError> {
-        let cfg = &self.model.config;
-        let d = cfg.d_model;
+        let d = self.model.config.d_model;
         let embed = &self.model.weights().embed;
-        let mut h = HostRows {
-            x: vec![0f32; rows.len() * d],
-            pos: Vec::with_capacity(rows.len()),
-            slot: Vec::with_capacity(rows.len()),
-            meta: Vec::with_capacity(4 * rows.len()),
-            tables: Vec::new(),
-            remaps: Vec::new(),
-            want: Vec::new(),
-            max_keys: 0,
-        };
-        let mut table_at: HashMap<(usize, usize), i32> = HashMap::new();
+        let mut x = vec![0f32; rows.len() * d];
         for (r, row) in rows.iter().enumerate() {
             self.model.check_row(row)?;
             if row.pos >= self.rope_positions {
@@ -58,80 +36,43 @@ impl CudaRunner {
             let bytes = embed
                 .row(row.token as usize)
                 .expect("token checked against vocab");
-            tf_weights::dequantize_row(embed.dtype, bytes, &mut h.x[r * d..(r + 1) * d]);
-            h.pos.push(row.pos as i32);
-            h.slot.push(self.cache_index(row.table, row.slot())?);
-            let key = (row.table.as_ptr() as usize, row.table.len());
-            let toff = match table_at.get(&key) {
-                Some(&o) => o,
-                None => {
-                    let o = h.tables.len() as i32;
-                    for &b in row.table {
-                        if b as usize >= self.blocks {
-                            return Err(EngineError::InvalidRequest(format!(
-                                "KV block {b} beyond the cache's {} blocks",
-                                self.blocks
-                            )));
-                        }
-                        h.tables.push(b as i32);
-                    }
-                    table_at.insert(key, o);
-                    o
-                }
-            };
-            let (base, roff) = match row.tree {
-                Some(t) => {
-                    if t.remap.base > row.pos + 1
-                        || t.remap.slots.len() < row.pos + 1 - t.remap.base
-                    {
-                        return Err(EngineError::InvalidRequest(
-                            "tree row remap does not cover its keys".into(),
-                        ));
-                    }
-                    let o = h.remaps.len() as i32;
-                    h.remaps.extend(t.remap.slots.iter().map(|&s| s as i32));
-                    (t.remap.base as i32, o)
-                }
-                None => (-1, 0),
-            };
-            h.meta.extend([toff, row.pos as i32 + 1, base, roff]);
-            h.max_keys = h.max_keys.max(row.pos + 1);
-            if row.logits {
-                h.want.push(r as i32);
-            }
+            tf_weights::dequantize_row(embed.dtype, bytes, &mut x[r * d..(r + 1) * d]);
         }
-        Ok(h)
+        Ok(HostRows {
+            x,
+            l: layout(rows, self.blocks)?,
+        })
     }
 
     /// Uploads `h`, runs the layers and the output head, and returns the wanted logits.
     pub(super) fn run(&mut self, m: usize, h: &HostRows) -> Result<Vec<f32>> {
         if self
             .s
-            .reserve(&self.gpu, h.tables.len().max(1), h.remaps.len().max(1))?
+            .reserve(&self.gpu, h.l.tables.len().max(1), h.l.remaps.len().max(1))?
         {
             self.graphs.clear();
         }
         let st = self.gpu.stream.clone();
         st.memcpy_htod(&h.x, &mut self.s.x)?;
-        st.memcpy_htod(&h.pos, &mut self.s.pos)?;
-        st.memcpy_htod(&h.slot, &mut self.s.slot)?;
-        st.memcpy_htod(&h.meta, &mut self.s.meta)?;
-        if !h.tables.is_empty() {
-            st.memcpy_htod(&h.tables, &mut self.s.tables)?;
+        st.memcpy_htod(&h.l.pos, &mut self.s.pos)?;
+        st.memcpy_htod(&h.l.slot, &mut self.s.slot)?;
+        st.memcpy_htod(&h.l.meta, &mut self.s.meta)?;
+        if !h.l.tables.is_empty() {
+            st.memcpy_htod(&h.l.tables, &mut self.s.tables)?;
         }
-        if !h.remaps.is_empty() {
-            st.memcpy_htod(&h.remaps, &mut self.s.remaps)?;
+        if !h.l.remaps.is_empty() {
+            st.memcpy_htod(&h.l.remaps, &mut self.s.remaps)?;
         }
         let vocab = self.model.config.vocab;
-        if h.want.is_empty() {
+        if h.l.want.is_empty() {
             self.layers(m)?;
             self.gpu.sync()?;
             return Ok(Vec::new());
         }
-        let mut out = vec![0f32; h.want.len() * vocab];
+        let mut out = vec![0f32; h.l.want.len() * vocab];
         // Graphs bake in the attention form, which for few rows needs every row's keys to fit
         // the split partials.
-        let split_ok = h.max_keys <= self.s.max_chunks * tf_kernels::attention::KEY_CHUNK;
+        let split_ok = h.l.max_keys <= self.s.max_chunks * tf_kernels::attention::KEY_CHUNK;
         self.split_ok = split_ok;
         if self.use_graphs && m <= GRAPH_ROWS && !self.prof.on() && split_ok {
             // The graph computes logits for every row; the wanted ones are copied back.
@@ -142,16 +83,16 @@ impl CudaRunner {
                 self.graphs.insert(m, g);
             }
             self.graphs[&m].0.launch()?;
-            let (lo, hi) = (h.want[0] as usize, *h.want.last().unwrap() as usize + 1);
+            let (lo, hi) = (h.l.want[0] as usize, *h.l.want.last().unwrap() as usize + 1);
             let span = self.download_logits(lo, hi)?;
-            for (j, &r) in h.want.iter().enumerate() {
+            for (j, &r) in h.l.want.iter().enumerate() {
                 let r = r as usize - lo;
                 out[j * vocab..(j + 1) * vocab].copy_from_slice(&span[r * vocab..(r + 1) * vocab]);
             }
             return Ok(out);
         }
         self.layers(m)?;
-        for (b, idx) in h.want.chunks(LOGIT_ROWS).enumerate() {
+        for (b, idx) in h.l.want.chunks(LOGIT_ROWS).enumerate() {
             st.memcpy_htod(idx, &mut self.s.idx)?;
             self.head(idx.len())?;
             let at = b * LOGIT_ROWS * vocab;

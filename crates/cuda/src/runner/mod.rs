@@ -8,6 +8,7 @@
 
 mod forward;
 mod layers;
+pub mod layout;
 mod pinned;
 mod prof;
 mod scratch;
@@ -151,14 +152,7 @@ impl CudaRunner {
 
     /// Cache index (block id * BLOCK_SIZE + offset) of `slot` in a sequence with `table`.
     fn cache_index(&self, table: &[BlockId], slot: usize) -> std::result::Result<i32, EngineError> {
-        let b = table[slot / BLOCK_SIZE] as usize;
-        if b >= self.blocks {
-            return Err(EngineError::InvalidRequest(format!(
-                "KV block {b} beyond the cache's {} blocks",
-                self.blocks
-            )));
-        }
-        Ok((b * BLOCK_SIZE + slot % BLOCK_SIZE) as i32)
+        layout::cache_index(table, slot, self.blocks)
     }
 
     fn layer_floats(&self) -> usize {

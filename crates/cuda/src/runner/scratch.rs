@@ -143,7 +143,11 @@ pub fn matmul(
                 gpu.quantize_into(x, rows, w.k, act)?;
                 *held = tag;
             }
-            gpu.matmul_q(w.dtype, &w.data, w.n, act, out)
+            if w.interleaved {
+                gpu.matmul_q4k_interleaved(&w.data, w.n, act, out)
+            } else {
+                gpu.matmul_q(w.dtype, &w.data, w.n, act, out)
+            }
         }
     }
 }

@@ -17,6 +17,8 @@ pub struct DevMatrix {
     /// Rows (outputs).
     pub n: usize,
     pub data: CudaSlice<u8>,
+    /// Q4_K blocks in the layout of `ops::interleave_q4k` (coalesced loads).
+    pub interleaved: bool,
 }
 
 /// Matrices reading the same input: one matrix of all their rows when they share a tensor type
@@ -64,11 +66,20 @@ impl Uploader<'_> {
             )));
         }
         self.bytes += m.data.len();
+        let interleave = m.dtype == DType::Q4K
+            && !std::env::var("TENSORFOLD_CUDA_INTERLEAVE").is_ok_and(|v| v == "0");
+        let data = if interleave {
+            self.gpu
+                .upload(&crate::ops::interleave_q4k(m.data, m.n, m.k))?
+        } else {
+            self.gpu.upload(m.data)?
+        };
         Ok(DevMatrix {
             dtype: m.dtype,
             k: m.k,
             n: m.n,
-            data: self.gpu.upload(m.data)?,
+            data,
+            interleaved: interleave,
         })
     }
 
