@@ -107,6 +107,12 @@ unsafe fn reduce8(v: &[__m512i; 8]) -> __m256i {
             _mm512_extracti64x4_epi64::<1>(v[r]),
         );
     }
+    reduce8_256(&a)
+}
+
+/// Eight per-row 8-lane integer accumulators reduced to one vector of eight sums (exact).
+#[inline(always)]
+unsafe fn reduce8_256(a: &[__m256i; 8]) -> __m256i {
     let h01 = _mm256_hadd_epi32(a[0], a[1]);
     let h23 = _mm256_hadd_epi32(a[2], a[3]);
     let h45 = _mm256_hadd_epi32(a[4], a[5]);
@@ -447,18 +453,133 @@ unsafe fn legacy_dot(
     acc
 }
 
+/// A legacy type (32-value blocks), rows `r0..r0+R` (R <= 8) against one weight row: each block
+/// decoded once, the rows' integer sums reduced together, the float step on eight lanes (the
+/// same IEEE operations per row as [`legacy_dot`]).
+#[inline(always)]
+unsafe fn legacy_rows8<const R: usize>(
+    w: &[u8],
+    x: &QuantAct,
+    r0: usize,
+    out: &mut [f32],
+    bytes: usize,
+    shape: Shape,
+    codes: impl Fn(&[u8]) -> (__m256i, i32),
+) {
+    let nb = w.len() / bytes;
+    let zero = _mm256_setzero_si256();
+    let mut acc = _mm256_setzero_ps();
+    let qs: [*const i8; R] = std::array::from_fn(|r| x.row_qs(r0 + r).as_ptr());
+    let ds: [&[f32]; R] = std::array::from_fn(|r| x.row_d(r0 + r));
+    let sums: [&[i16]; R] = std::array::from_fn(|r| x.row_sums(r0 + r));
+    for b in 0..nb {
+        let blk = blk_at(w, b, bytes);
+        let (u, offset) = codes(blk);
+        let mut dps = [zero; 8];
+        let mut dx = [0f32; 8];
+        let mut sx = [0i32; 8];
+        for r in 0..R {
+            let xv = _mm256_loadu_si256(qs[r].add(32 * b) as *const __m256i);
+            dps[r] = _mm256_dpbusd_epi32(zero, u, xv);
+            dx[r] = ds[r][b];
+            sx[r] = sums[r][b] as i32;
+        }
+        let sxv = _mm256_loadu_si256(sx.as_ptr() as *const __m256i);
+        let isum = _mm256_sub_epi32(
+            reduce8_256(&dps),
+            _mm256_mullo_epi32(_mm256_set1_epi32(offset), sxv),
+        );
+        let m = if shape == Shape::ScalePlusMin {
+            f16_at(blk, 2)
+        } else {
+            0.0
+        };
+        let dxv = _mm256_loadu_ps(dx.as_ptr());
+        acc = step8(acc, shape, f16_at(blk, 0), m, dxv, isum, sxv);
+    }
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+    out[..R].copy_from_slice(&lanes[..R]);
+}
+
+/// Rows `r0..r0 + out.len()` of a legacy type: one row through `dot`, more eight at a time.
+#[inline(always)]
+unsafe fn legacy_rows(
+    w: &[u8],
+    x: &QuantAct,
+    r0: usize,
+    out: &mut [f32],
+    bytes: usize,
+    shape: Shape,
+    codes: impl Fn(&[u8]) -> (__m256i, i32) + Copy,
+    dot: unsafe fn(&[u8], &QuantAct, usize) -> f32,
+) {
+    let mut r = 0;
+    while r < out.len() {
+        let n = (out.len() - r).min(8);
+        let o = &mut out[r..r + n];
+        match n {
+            1 => o[0] = dot(w, x, r0 + r),
+            2 => legacy_rows8::<2>(w, x, r0 + r, o, bytes, shape, codes),
+            3 => legacy_rows8::<3>(w, x, r0 + r, o, bytes, shape, codes),
+            4 => legacy_rows8::<4>(w, x, r0 + r, o, bytes, shape, codes),
+            5 => legacy_rows8::<5>(w, x, r0 + r, o, bytes, shape, codes),
+            6 => legacy_rows8::<6>(w, x, r0 + r, o, bytes, shape, codes),
+            7 => legacy_rows8::<7>(w, x, r0 + r, o, bytes, shape, codes),
+            _ => legacy_rows8::<8>(w, x, r0 + r, o, bytes, shape, codes),
+        }
+        r += n;
+    }
+}
+
+#[inline(always)]
+unsafe fn codes_q4_0(b: &[u8]) -> (__m256i, i32) {
+    (nibbles32(b.as_ptr().add(2)), 8)
+}
+
+#[inline(always)]
+unsafe fn codes_q4_1(b: &[u8]) -> (__m256i, i32) {
+    (nibbles32(b.as_ptr().add(4)), 0)
+}
+
+#[inline(always)]
+unsafe fn codes_q5_0(b: &[u8]) -> (__m256i, i32) {
+    (five_bit(b, 2), 16)
+}
+
+#[inline(always)]
+unsafe fn codes_q5_1(b: &[u8]) -> (__m256i, i32) {
+    (five_bit(b, 4), 0)
+}
+
+#[inline(always)]
+unsafe fn codes_q8_0(b: &[u8]) -> (__m256i, i32) {
+    let v = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
+    (_mm256_xor_si256(v, _mm256_set1_epi8(-128)), 128)
+}
+
+macro_rules! legacy_rows_fn {
+    ($name:ident, $bytes:expr, $shape:expr, $codes:ident, $dot:ident) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub unsafe fn $name(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+            legacy_rows(w, x, r0, out, $bytes, $shape, |b| $codes(b), $dot)
+        }
+    };
+}
+legacy_rows_fn!(rows_q4_0, 18, Shape::Scale, codes_q4_0, dot_q4_0);
+legacy_rows_fn!(rows_q4_1, 20, Shape::ScalePlusMin, codes_q4_1, dot_q4_1);
+legacy_rows_fn!(rows_q5_0, 22, Shape::Scale, codes_q5_0, dot_q5_0);
+legacy_rows_fn!(rows_q5_1, 24, Shape::ScalePlusMin, codes_q5_1, dot_q5_1);
+legacy_rows_fn!(rows_q8_0, 34, Shape::Scale, codes_q8_0, dot_q8_0);
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q4_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 18, Shape::Scale, |b| {
-        (nibbles32(b.as_ptr().add(2)), 8)
-    })
+    legacy_dot(w, x, row, 18, Shape::Scale, |b| codes_q4_0(b))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q4_1(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 20, Shape::ScalePlusMin, |b| {
-        (nibbles32(b.as_ptr().add(4)), 0)
-    })
+    legacy_dot(w, x, row, 20, Shape::ScalePlusMin, |b| codes_q4_1(b))
 }
 
 #[inline(always)]
@@ -470,20 +591,17 @@ unsafe fn five_bit(b: &[u8], qh_at: usize) -> __m256i {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q5_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 22, Shape::Scale, |b| (five_bit(b, 2), 16))
+    legacy_dot(w, x, row, 22, Shape::Scale, |b| codes_q5_0(b))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q5_1(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 24, Shape::ScalePlusMin, |b| (five_bit(b, 4), 0))
+    legacy_dot(w, x, row, 24, Shape::ScalePlusMin, |b| codes_q5_1(b))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q8_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 34, Shape::Scale, |b| {
-        let v = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
-        (_mm256_xor_si256(v, _mm256_set1_epi8(-128)), 128)
-    })
+    legacy_dot(w, x, row, 34, Shape::Scale, |b| codes_q8_0(b))
 }
 
 // ---------------------------------------------------------------------------------------------
