@@ -504,6 +504,7 @@ unsafe fn legacy_rows8<const R: usize>(
 
 /// Rows `r0..r0 + out.len()` of a legacy type: one row through `dot`, more eight at a time.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn legacy_rows(
     w: &[u8],
     x: &QuantAct,
