@@ -18,7 +18,7 @@ impl Default for Copies {
     fn default() -> Self {
         Copies {
             max_ngram: 4,
-            min_ngram: 2,
+            min_ngram: 1,
             window: 16_384,
         }
     }
@@ -27,13 +27,14 @@ impl Default for Copies {
 /// Earlier occurrences of a suffix examined per lookup (bounds the cost on repetitive text).
 const MAX_CANDIDATES: usize = 16;
 
-/// Names under which copies are tracked, by the length of the matched suffix: a 2-token match
-/// predicts far worse than a 4-token one, and the cost model learns each separately.
-pub const COPY_SOURCES: [&str; 3] = ["copies-2", "copies-3", "copies-4+"];
+/// Names under which copies are tracked, by the length of the matched suffix: a 1-token match
+/// predicts far worse than a 4-token one, and the cost model learns each separately (a 1-token
+/// match still pays where a 2-row forward costs about what a 1-row one does).
+pub const COPY_SOURCES: [&str; 4] = ["copies-1", "copies-2", "copies-3", "copies-4+"];
 
 /// The source name of a match of `len` tokens.
 pub fn copy_source(len: usize) -> &'static str {
-    COPY_SOURCES[len.clamp(2, 4) - 2]
+    COPY_SOURCES[len.clamp(1, 4) - 1]
 }
 
 impl Copies {
