@@ -92,6 +92,23 @@ impl CudaRunner {
             scale: 1.0,
         }
         .check()?;
+        // Weights and the KV cache must fit the GPU's free memory: a clear refusal instead of
+        // an out-of-memory error halfway through the upload.
+        let kv_bytes =
+            kv_positions.div_ceil(BLOCK_SIZE) * BLOCK_SIZE * cfg.kv_dim() * 8 * cfg.n_layers;
+        let need = model.weight_bytes() + kv_bytes;
+        if let Ok((free, _)) = gpu.ctx.mem_get_info() {
+            if need > free {
+                return Err(CudaError::Usage(format!(
+                    "{} needs {:.2} GiB of GPU memory for its weights and a KV cache of {} positions, \
+                     {:.2} GiB are free (lower --context or --parallel)",
+                    model.path().display(),
+                    need as f64 / (1u64 << 30) as f64,
+                    kv_positions,
+                    free as f64 / (1u64 << 30) as f64
+                )));
+            }
+        }
         let w = DevWeights::upload(&gpu, model.weights())?;
         let blocks = kv_positions.div_ceil(BLOCK_SIZE);
         let per_layer = blocks * BLOCK_SIZE * cfg.kv_dim();
