@@ -180,11 +180,18 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         let mut want = vec![0f32; max_rows * N];
         matmul(&pool, &w, &acts, &mut want);
         let dw = gpu.upload(&wbytes)?;
-        let block = tf_kernels::matmul::act_block(dtype);
-        let forms: &[Option<MatmulForm>] = if block.is_some() {
-            &[Some(MatmulForm::Warp), Some(MatmulForm::Tile)]
+        // Q4_K also in the interleaved layout the GPU runner uploads.
+        let dil = if dtype == DType::Q4K {
+            Some(gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, N, K))?)
         } else {
-            &[None]
+            None
+        };
+        let block = tf_kernels::matmul::act_block(dtype);
+        let forms: &[Option<MatmulForm>] = match (block, &dil) {
+            (None, _) => &[None],
+            (Some(_), None) => &[Some(MatmulForm::Warp), Some(MatmulForm::Tile)],
+            // `None` with a quantized type: the interleaved kernel.
+            (Some(_), Some(_)) => &[Some(MatmulForm::Warp), Some(MatmulForm::Tile), None],
         };
         for &form in forms {
             for &rows in &args.rows {
@@ -194,8 +201,13 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                     None => None,
                 };
                 let mut launch = || -> Result<()> {
-                    match (&act, form) {
-                        (Some(a), Some(f)) => gpu.matmul_q_form(f, dtype, &dw, N, a, &mut out)?,
+                    match (&act, form, &dil) {
+                        (Some(a), Some(f), _) => {
+                            gpu.matmul_q_form(f, dtype, &dw, N, a, &mut out)?
+                        }
+                        (Some(a), None, Some(il)) => {
+                            gpu.matmul_q4k_interleaved(il, N, a, &mut out)?
+                        }
                         _ => gpu.matmul_f(dtype, &dw, N, K, &dx, rows, &mut out)?,
                     }
                     Ok(())
@@ -205,8 +217,9 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                 let got = gpu.download(&out)?;
                 let (eq, md) = bits_equal(&got, &want[..rows * N]);
                 table.push(Row {
-                    op: match form {
-                        Some(MatmulForm::Tile) => "matmul tile",
+                    op: match (form, block) {
+                        (Some(MatmulForm::Tile), _) => "matmul tile",
+                        (None, Some(_)) => "matmul interleaved",
                         _ => "matmul",
                     },
                     ty: format!("{dtype} {N}x{K}"),
@@ -217,37 +230,6 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                     micros,
                 });
             }
-        }
-    }
-
-    // Q4_K in the interleaved layout the GPU runner uploads.
-    {
-        let wbytes = tf_weights::random_blocks(DType::Q4K, N * K, args.seed ^ 0x1F1F);
-        let w = WeightMatrix::new(DType::Q4K, K, N, &wbytes).context("weight matrix")?;
-        let acts = Activations::new(level, &x, max_rows, K);
-        let mut want = vec![0f32; max_rows * N];
-        matmul(&pool, &w, &acts, &mut want);
-        let dw = gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, N, K))?;
-        for &rows in &args.rows {
-            let mut out = gpu.zeros::<f32>(rows * N)?;
-            let act = gpu.quantize(&dx, rows, K, ActBlock::B256)?;
-            let mut launch = || -> Result<()> {
-                gpu.matmul_q4k_interleaved(&dw, N, &act, &mut out)?;
-                Ok(())
-            };
-            launch()?;
-            let micros = time(&gpu, &mut launch)?;
-            let got = gpu.download(&out)?;
-            let (eq, md) = bits_equal(&got, &want[..rows * N]);
-            table.push(Row {
-                op: "matmul interleaved",
-                ty: format!("Q4_K {N}x{K}"),
-                rows,
-                equal: eq,
-                total: rows * N,
-                max_diff: md,
-                micros,
-            });
         }
     }
 

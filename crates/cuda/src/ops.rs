@@ -102,6 +102,17 @@ pub(crate) fn rms_launch(rows: usize) -> LaunchConfig {
     }
 }
 
+/// The tile kernels' launch: tiles of 2 rows x 32 columns x 16 warps for one or two rows,
+/// 8 x 32 x 8 beyond.
+fn tile_launch(rows: usize, n: usize) -> LaunchConfig {
+    let (tile_rows, warps) = if rows <= 2 { (2, 16) } else { (8, 8) };
+    LaunchConfig {
+        grid_dim: (grid(rows, tile_rows), grid(n, 32), 1),
+        block_dim: (32 * warps, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 pub(crate) fn grid(n: usize, per_block: usize) -> u32 {
     n.div_ceil(per_block) as u32
 }
@@ -226,17 +237,30 @@ impl Gpu {
         {
             return Err(CudaError::Usage("matmul_q4k_interleaved: sizes".into()));
         }
-        let (tile_rows, warps, name) = if x.rows <= 2 {
-            (2, 16, "matmul_tt_q4k_i_r2")
+        let name = if x.rows <= 2 {
+            "matmul_tt_q4k_i_r2"
         } else {
-            (8, 8, "matmul_tt_q4k_i")
+            "matmul_tt_q4k_i"
         };
+        // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout.
+        unsafe { self.launch_quant(name, tile_launch(x.rows, n), w, n, x, out) }
+    }
+
+    /// Launches a quantized matmul kernel `(w, n, k, xq, xd, xs, rows, out)`.
+    ///
+    /// # Safety
+    /// `w` must hold `n` weight rows of `x.k` values in the layout the kernel reads and `out`
+    /// room for `x.rows * n` values.
+    unsafe fn launch_quant(
+        &self,
+        name: &str,
+        cfg: LaunchConfig,
+        w: &CudaSlice<u8>,
+        n: usize,
+        x: &DevAct,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
         let f = self.function(name)?;
-        let cfg = LaunchConfig {
-            grid_dim: (grid(x.rows, tile_rows), grid(n, 32), 1),
-            block_dim: (32 * warps, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let (ni, ki, ri) = (n as i32, x.k as i32, x.rows as i32);
         let mut l = self.stream.launch_builder(&f);
         l.arg(w)
@@ -247,8 +271,7 @@ impl Gpu {
             .arg(&x.sums)
             .arg(&ri)
             .arg(out);
-        // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout.
-        unsafe { l.launch(cfg) }?;
+        l.launch(cfg)?;
         Ok(())
     }
 
@@ -278,40 +301,16 @@ impl Gpu {
             return Err(CudaError::Usage("matmul_q: buffer sizes".into()));
         }
         if form == MatmulForm::Tile {
-            // Tiles of 2 rows x 32 columns x 16 warps for one or two rows, 8 x 32 x 8 beyond.
-            let (tile_rows, cols, warps, suffix) = if x.rows <= 2 {
-                (2, 32, 16, "_r2")
-            } else {
-                (8, 32, 8, "")
-            };
-            let f = self.function(&format!(
-                "{}{suffix}",
-                name.replace("matmul_", "matmul_tt_")
-            ))?;
-            let cfg = LaunchConfig {
-                grid_dim: (grid(x.rows, tile_rows), grid(n, cols), 1),
-                block_dim: (32 * warps, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let (ni, ki, ri) = (n as i32, x.k as i32, x.rows as i32);
-            let mut l = self.stream.launch_builder(&f);
-            l.arg(w)
-                .arg(&ni)
-                .arg(&ki)
-                .arg(&x.qs)
-                .arg(&x.d)
-                .arg(&x.sums)
-                .arg(&ri)
-                .arg(out);
-            // SAFETY: as below.
-            unsafe { l.launch(cfg) }?;
-            return Ok(());
+            let suffix = if x.rows <= 2 { "_r2" } else { "" };
+            let name = format!("{}{suffix}", name.replace("matmul_", "matmul_tt_"));
+            // SAFETY: sizes checked above.
+            return unsafe { self.launch_quant(&name, tile_launch(x.rows, n), w, n, x, out) };
         }
         let tile = row_tile(dtype, x.rows);
-        let f = if tile == 1 {
-            self.function(name)?
+        let name = if tile == 1 {
+            name.to_string()
         } else {
-            self.function(&format!("{name}_t{tile}"))?
+            format!("{name}_t{tile}")
         };
         const WARPS: usize = 4;
         let cfg = LaunchConfig {
@@ -319,19 +318,8 @@ impl Gpu {
             block_dim: (32 * WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (ni, ki, ri) = (n as i32, x.k as i32, x.rows as i32);
-        let mut l = self.stream.launch_builder(&f);
-        l.arg(w)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&x.qs)
-            .arg(&x.d)
-            .arg(&x.sums)
-            .arg(&ri)
-            .arg(out);
-        // SAFETY: as above.
-        unsafe { l.launch(cfg) }?;
-        Ok(())
+        // SAFETY: sizes checked above.
+        unsafe { self.launch_quant(&name, cfg, w, n, x, out) }
     }
 
     /// `out[r * n + c] = x[r] · w[c]` for float weights (F32, F16, BF16: `w` their raw bytes),

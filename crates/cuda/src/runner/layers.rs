@@ -82,37 +82,32 @@ impl CudaRunner {
                         }
                     }
                     prof.mark(&gpu, "qkv");
-                    let post = match group {
-                        Group::Fused(_) => QkvPost {
-                            q: s.qkv.slice(0..),
-                            k: s.qkv.slice(qd..),
-                            v: s.qkv.slice(qd + kvd..),
-                            q_stride: qd + 2 * kvd,
-                            kv_stride: qd + 2 * kvd,
-                            bq: lw.bq.as_ref(),
-                            bk: lw.bk.as_ref(),
-                            bv: lw.bv.as_ref(),
-                            pos: &s.pos,
-                            slot: &s.slot,
-                            rot_dim: rd,
-                            style,
-                            cs: &self.rope_cs,
-                        },
-                        Group::Split(_) => QkvPost {
-                            q: s.tmp.slice(0..),
-                            k: s.k.slice(0..),
-                            v: s.v.slice(0..),
-                            q_stride: qd,
-                            kv_stride: kvd,
-                            bq: lw.bq.as_ref(),
-                            bk: lw.bk.as_ref(),
-                            bv: lw.bv.as_ref(),
-                            pos: &s.pos,
-                            slot: &s.slot,
-                            rot_dim: rd,
-                            style,
-                            cs: &self.rope_cs,
-                        },
+                    let (q, k, v, q_stride, kv_stride) = match group {
+                        Group::Fused(_) => {
+                            let stride = qd + 2 * kvd;
+                            let (q, k, v) = (0, qd, qd + kvd);
+                            let b = &s.qkv;
+                            (b.slice(q..), b.slice(k..), b.slice(v..), stride, stride)
+                        }
+                        Group::Split(_) => {
+                            let (q, k, v) = (s.tmp.slice(0..), s.k.slice(0..), s.v.slice(0..));
+                            (q, k, v, qd, kvd)
+                        }
+                    };
+                    let post = QkvPost {
+                        q,
+                        k,
+                        v,
+                        q_stride,
+                        kv_stride,
+                        bq: lw.bq.as_ref(),
+                        bk: lw.bk.as_ref(),
+                        bv: lw.bv.as_ref(),
+                        pos: &s.pos,
+                        slot: &s.slot,
+                        rot_dim: rd,
+                        style,
+                        cs: &self.rope_cs,
                     };
                     gpu.qkv_post(&post, m, dims, &mut s.q, kc, vc)?;
                 }
