@@ -34,6 +34,32 @@ fn every_level_equals_the_reference() {
     }
 }
 
+/// Long rows (k = 9216: 36 k-quant blocks, 288 legacy ones, like an FFN down projection): the
+/// reference's bits for one row, a partial tile, a full one and more than a tile.
+#[test]
+fn long_rows_in_block_runs_equal_the_reference() {
+    let pool = ThreadPool::new(2);
+    let level = tf_kernels::detect();
+    for dtype in [
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q5_0,
+        DType::Q8_0,
+        DType::Q4_1,
+    ] {
+        let (k, n) = (9216, 11);
+        let mut rng = Rng(77 + dtype.ggml_id() as u64);
+        let wb = weights(&mut rng, dtype, k * n);
+        let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+        for rows in [1, 5, 8, 13] {
+            let x = activations(&mut rng, rows * k);
+            let want = run(SimdLevel::Scalar, &pool, &w, &x, rows);
+            let got = run(level, &pool, &w, &x, rows);
+            assert!(bits_eq(&got, &want), "{dtype} rows={rows}");
+        }
+    }
+}
+
 #[test]
 fn rows_are_invariant_to_batch_offset_and_threads() {
     let level = tf_kernels::detect();
