@@ -22,13 +22,25 @@ pub struct AttnDims {
     pub scale: f32,
 }
 
-/// Device buffers describing which keys each row reads (see `attention.cu`): `meta` 4 ints per
-/// row (table offset, key count, remap base or -1, remap offset), the flat block tables and the
+/// One layer's cache and the device buffers describing which keys each row reads (see
+/// `attention.cu`): `meta` 4 ints per row (table offset, key count, remap base or -1, remap offset), the flat block tables and the
 /// flat remap slots.
 pub struct AttnKeys<'a> {
+    /// One layer's cache: the key and value of slot s at `s * kv_dim`.
+    pub kc: &'a CudaSlice<f32>,
+    pub vc: &'a CudaSlice<f32>,
     pub meta: &'a CudaSlice<i32>,
     pub tables: &'a CudaSlice<i32>,
     pub remaps: &'a CudaSlice<i32>,
+}
+
+/// The split form's partials: room for `max_chunks` chunks of every (row, head), and the blocks
+/// per (row, KV head).
+pub struct AttnSplit<'a> {
+    pub max_chunks: usize,
+    pub splits: usize,
+    pub part_ml: &'a mut CudaSlice<f32>,
+    pub part_o: &'a mut CudaSlice<f32>,
 }
 
 impl AttnDims {
@@ -51,15 +63,16 @@ impl AttnDims {
 }
 
 impl Gpu {
-    /// Attention of `dims.rows` query rows over one layer's paged cache (`kc`, `vc`: slot s at
-    /// `s * kv_dim`), the canonical key-chunk order of `tf_kernels::attention`.
+    /// Attention of `dims.rows` query rows over one layer's paged cache (`keys`), in the
+    /// canonical key-chunk order of `tf_kernels::attention`. With `split`,
+    /// the same bits for few rows: `splits` blocks per (row, KV head) compute one chunk each in
+    /// turn into the partials, then one merge per (row, head) folds them in order.
     pub fn attention(
         &self,
         dims: AttnDims,
         q: &CudaSlice<f32>,
-        kc: &CudaSlice<f32>,
-        vc: &CudaSlice<f32>,
         keys: &AttnKeys,
+        split: Option<AttnSplit>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let AttnDims {
@@ -74,113 +87,59 @@ impl Gpu {
         if q.len() < rows * qd || out.len() < rows * qd || keys.meta.len() < 4 * rows {
             return Err(CudaError::Usage("attention: buffer sizes".into()));
         }
+        if let Some(sp) = &split {
+            let per = rows * n_heads * sp.max_chunks;
+            if sp.part_ml.len() < 2 * per || sp.part_o.len() < per * head_dim {
+                return Err(CudaError::Usage("attention: partials sizes".into()));
+            }
+        }
         if rows == 0 {
             return Ok(());
         }
-        let f = self.function("attention")?;
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, n_kv_heads as u32, 1),
-            block_dim: (head_dim as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let f = self.function(if split.is_some() {
+            "attention_split"
+        } else {
+            "attention"
+        })?;
         let (h, kvh, hd) = (n_heads as i32, n_kv_heads as i32, head_dim as i32);
         let mut l = self.stream.launch_builder(&f);
         l.arg(q)
-            .arg(kc)
-            .arg(vc)
+            .arg(keys.kc)
+            .arg(keys.vc)
             .arg(keys.meta)
             .arg(keys.tables)
             .arg(keys.remaps)
             .arg(&h)
             .arg(&kvh)
             .arg(&hd)
-            .arg(&scale)
-            .arg(out);
-        // SAFETY: argument types match the kernel; the metadata was built by the caller from
-        // block tables that cover every position read (checked on the host).
-        unsafe { l.launch(cfg) }?;
-        Ok(())
-    }
-
-    /// The same attention (same bits) split over key chunks for few rows: `splits` blocks per
-    /// (row, KV head) compute one chunk each in turn into `part_ml` / `part_o` (room for
-    /// `max_chunks` chunks per (row, head)), then one merge per (row, head) folds them in order.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_split(
-        &self,
-        dims: AttnDims,
-        q: &CudaSlice<f32>,
-        kc: &CudaSlice<f32>,
-        vc: &CudaSlice<f32>,
-        keys: &AttnKeys,
-        max_chunks: usize,
-        splits: usize,
-        part_ml: &mut CudaSlice<f32>,
-        part_o: &mut CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let AttnDims {
-            rows,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            scale,
-        } = dims;
-        dims.check()?;
-        let per = rows * n_heads * max_chunks;
-        if part_ml.len() < 2 * per
-            || part_o.len() < per * head_dim
-            || out.len() < rows * n_heads * head_dim
-        {
-            return Err(CudaError::Usage("attention_split: buffer sizes".into()));
-        }
-        if rows == 0 {
+            .arg(&scale);
+        let blocks = |z: usize, heads: usize| LaunchConfig {
+            grid_dim: (rows as u32, heads as u32, z.max(1) as u32),
+            block_dim: (head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let Some(sp) = split else {
+            l.arg(out);
+            // SAFETY: argument types match the kernel; the metadata was built by the caller
+            // from block tables that cover every position read (checked on the host).
+            unsafe { l.launch(blocks(1, n_kv_heads)) }?;
             return Ok(());
-        }
-        let f = self.function("attention_split")?;
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, n_kv_heads as u32, splits.max(1) as u32),
-            block_dim: (head_dim as u32, 1, 1),
-            shared_mem_bytes: 0,
         };
-        let (h, kvh, hd, mc) = (
-            n_heads as i32,
-            n_kv_heads as i32,
-            head_dim as i32,
-            max_chunks as i32,
-        );
-        let mut l = self.stream.launch_builder(&f);
-        l.arg(q)
-            .arg(kc)
-            .arg(vc)
-            .arg(keys.meta)
-            .arg(keys.tables)
-            .arg(keys.remaps)
-            .arg(&h)
-            .arg(&kvh)
-            .arg(&hd)
-            .arg(&scale)
-            .arg(&mc)
-            .arg(&mut *part_ml)
-            .arg(&mut *part_o);
-        // SAFETY: as `attention`; every row has at most `max_chunks` chunks (the caller checks).
-        unsafe { l.launch(cfg) }?;
+        let mc = sp.max_chunks as i32;
+        l.arg(&mc).arg(&mut *sp.part_ml).arg(&mut *sp.part_o);
+        // SAFETY: as above; every row has at most `max_chunks` chunks (the caller checks).
+        unsafe { l.launch(blocks(sp.splits, n_kv_heads)) }?;
         let f = self.function("attention_merge")?;
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, n_heads as u32, 1),
-            block_dim: (head_dim as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let mut l = self.stream.launch_builder(&f);
         l.arg(keys.meta)
             .arg(&h)
             .arg(&hd)
             .arg(&mc)
-            .arg(&*part_ml)
-            .arg(&*part_o)
+            .arg(&*sp.part_ml)
+            .arg(&*sp.part_o)
             .arg(out);
         // SAFETY: as above.
-        unsafe { l.launch(cfg) }?;
+        unsafe { l.launch(blocks(1, n_heads)) }?;
         Ok(())
     }
 

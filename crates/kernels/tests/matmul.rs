@@ -67,7 +67,9 @@ fn rows_are_invariant_to_batch_offset_and_threads() {
     for dtype in [
         DType::Q4K,
         DType::Q6K,
+        DType::Q4_0,
         DType::Q5_0,
+        DType::Q5_1,
         DType::Q8_0,
         DType::Q4_1,
         DType::F32,

@@ -5,7 +5,7 @@
 use super::scratch::{matmul, SPLIT_ROWS};
 use super::weights::Group;
 use super::CudaRunner;
-use crate::rowops::{AttnDims, AttnKeys, QkvPost};
+use crate::rowops::{AttnDims, AttnKeys, AttnSplit, QkvPost};
 use crate::Result;
 
 impl CudaRunner {
@@ -115,19 +115,20 @@ impl CudaRunner {
             prof.mark(&gpu, "qkv_post");
 
             let keys = AttnKeys {
+                kc,
+                vc,
                 meta: &s.meta,
                 tables: &s.tables,
                 remaps: &s.remaps,
             };
-            if m <= SPLIT_ROWS && self.split_ok {
-                // About two blocks per multiprocessor over all (row, KV head) pairs.
-                let splits = (264 / (m * cfg.n_kv_heads)).clamp(1, s.max_chunks);
-                let (ml, po) = (&mut s.part_ml, &mut s.part_o);
-                let mc = s.max_chunks;
-                gpu.attention_split(dims, &s.q, kc, vc, &keys, mc, splits, ml, po, &mut s.att)?;
-            } else {
-                gpu.attention(dims, &s.q, kc, vc, &keys, &mut s.att)?;
-            }
+            // For few rows, about two blocks per multiprocessor over all (row, KV head) pairs.
+            let split = (m <= SPLIT_ROWS && self.split_ok).then(|| AttnSplit {
+                max_chunks: s.max_chunks,
+                splits: (264 / (m * cfg.n_kv_heads)).clamp(1, s.max_chunks),
+                part_ml: &mut s.part_ml,
+                part_o: &mut s.part_o,
+            });
+            gpu.attention(dims, &s.q, &keys, split, &mut s.att)?;
             prof.mark(&gpu, "attn");
             matmul(&gpu, &lw.wo, &s.att, t + 2, m, &mut s.acts, &mut s.o)?;
             prof.mark(&gpu, "wo");
