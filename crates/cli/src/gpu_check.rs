@@ -9,11 +9,11 @@ use crate::GlobalArgs;
 
 #[derive(Args, Debug)]
 pub struct GpuCheckArgs {
-    /// Row counts to run every op with (comma-separated).
+    /// Row counts to run every op with (comma-separated, at most 512).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "1,2,3,4,5,7,8,9,15,16,17,31,32,33,63,64"
+        default_value = "1,2,3,4,5,7,8,9,15,16,17,31,32,33,63,64,65,200"
     )]
     pub rows: Vec<usize>,
     /// Seed of the random weights and activations.

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tf_core::DType;
+use tf_cuda::mma::{MmaCfg, MMA_CFGS};
 use tf_cuda::ops::MatmulForm;
 use tf_cuda::Gpu;
 use tf_kernels::actq::{ActBlock, QuantAct};
@@ -20,8 +21,17 @@ const K: usize = 1536;
 const N: usize = 1024;
 const TIMING_REPS: usize = 5;
 
+/// Which GPU kernel a matmul check runs.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Form(MatmulForm),
+    TileInterleaved,
+    Mma(MmaCfg),
+    Float,
+}
+
 struct Row {
-    op: &'static str,
+    op: String,
     ty: String,
     rows: usize,
     equal: usize,
@@ -87,8 +97,8 @@ fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 
 pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     let max_rows = args.rows.iter().copied().max().unwrap_or(1);
-    if args.rows.iter().any(|&r| r == 0 || r > 64) {
-        bail!("--rows: each count must be in 1..=64");
+    if args.rows.iter().any(|&r| r == 0 || r > 512) {
+        bail!("--rows: each count must be in 1..=512");
     }
     let cache = global.cache_dir().join("cuda");
     let gpu = Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?;
@@ -146,7 +156,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                 Ok(())
             })?;
             table.push(Row {
-                op: "actq",
+                op: "actq".into(),
                 ty: format!("B{}", block.values()),
                 rows,
                 equal: deq + qeq + seq,
@@ -180,20 +190,29 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         let mut want = vec![0f32; max_rows * N];
         matmul(&pool, &w, &acts, &mut want);
         let dw = gpu.upload(&wbytes)?;
-        // Q4_K also in the interleaved layout the GPU runner uploads.
-        let dil = if dtype == DType::Q4K {
-            Some(gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, N, K))?)
-        } else {
-            None
+        // Q4_K and Q6_K also in the interleaved layouts the GPU runner uploads.
+        let dil = match tf_cuda::mma::interleave(dtype, &wbytes, N, K) {
+            Some(il) => Some(gpu.upload(&il)?),
+            None => None,
         };
         let block = tf_kernels::matmul::act_block(dtype);
-        let forms: &[Option<MatmulForm>] = match (block, &dil) {
-            (None, _) => &[None],
-            (Some(_), None) => &[Some(MatmulForm::Warp), Some(MatmulForm::Tile)],
-            // `None` with a quantized type: the interleaved kernel.
-            (Some(_), Some(_)) => &[Some(MatmulForm::Warp), Some(MatmulForm::Tile), None],
-        };
-        for &form in forms {
+        let mut kernels = Vec::new();
+        match (block, &dil) {
+            (None, _) => kernels.push(Kernel::Float),
+            (Some(_), il) => {
+                kernels.extend([
+                    Kernel::Form(MatmulForm::Warp),
+                    Kernel::Form(MatmulForm::Tile),
+                ]);
+                if il.is_some() && dtype == DType::Q4K {
+                    kernels.push(Kernel::TileInterleaved);
+                }
+                if il.is_some() {
+                    kernels.extend(MMA_CFGS.iter().map(|&c| Kernel::Mma(c)));
+                }
+            }
+        }
+        for &kernel in &kernels {
             for &rows in &args.rows {
                 let mut out = gpu.zeros::<f32>(rows * N)?;
                 let act = match block {
@@ -201,12 +220,15 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                     None => None,
                 };
                 let mut launch = || -> Result<()> {
-                    match (&act, form, &dil) {
-                        (Some(a), Some(f), _) => {
+                    match (&act, kernel, &dil) {
+                        (Some(a), Kernel::Form(f), _) => {
                             gpu.matmul_q_form(f, dtype, &dw, N, a, &mut out)?
                         }
-                        (Some(a), None, Some(il)) => {
+                        (Some(a), Kernel::TileInterleaved, Some(il)) => {
                             gpu.matmul_q4k_interleaved(il, N, a, &mut out)?
+                        }
+                        (Some(a), Kernel::Mma(c), Some(il)) => {
+                            gpu.matmul_mma(dtype, il, N, a, &mut out, Some(c))?
                         }
                         _ => gpu.matmul_f(dtype, &dw, N, K, &dx, rows, &mut out)?,
                     }
@@ -217,10 +239,11 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                 let got = gpu.download(&out)?;
                 let (eq, md) = bits_equal(&got, &want[..rows * N]);
                 table.push(Row {
-                    op: match (form, block) {
-                        (Some(MatmulForm::Tile), _) => "matmul tile",
-                        (None, Some(_)) => "matmul interleaved",
-                        _ => "matmul",
+                    op: match kernel {
+                        Kernel::Form(MatmulForm::Tile) => "matmul tile".into(),
+                        Kernel::TileInterleaved => "matmul interleaved".into(),
+                        Kernel::Mma(c) => format!("matmul mma {}/{}/{}", c.nt, c.s, c.rw),
+                        _ => "matmul".into(),
                     },
                     ty: format!("{dtype} {N}x{K}"),
                     rows,
@@ -257,7 +280,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                 Ok(gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out)?)
             })?;
             table.push(Row {
-                op: "rms_norm",
+                op: "rms_norm".into(),
                 ty: format!("f32 n={n}"),
                 rows,
                 equal: eq,
@@ -288,7 +311,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
             let (eq, md) = bits_equal(&got, &want[..rows * F]);
             let micros = time(&gpu, || Ok(gpu.swiglu(&dg, &du, rows * F, &mut out)?))?;
             table.push(Row {
-                op: "swiglu",
+                op: "swiglu".into(),
                 ty: format!("f32 n={F}"),
                 rows,
                 equal: eq,
@@ -323,7 +346,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                 Ok(gpu.rope(&mut dxr, &dpos, rows, heads, hd, hd, style, &dcs)?)
             })?;
             table.push(Row {
-                op: "rope",
+                op: "rope".into(),
                 ty: format!("{style:?} 12x128"),
                 rows,
                 equal: eq,
@@ -386,22 +409,40 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
     for (dtype, n, k) in shapes {
         let wbytes = tf_weights::random_blocks(dtype, n * k, seed);
         let dw = gpu.upload(&wbytes)?;
-        let x = activations(64, k, seed);
+        let x = activations(512, k, seed);
         let dx = gpu.upload(&x)?;
         let block = tf_kernels::matmul::act_block(dtype).expect("quantized");
-        if dtype == DType::Q4K {
-            let dil = gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, n, k))?;
-            for rows in [1, 2, 4, 8, 16, 32, 64] {
+        if let Some(il) = tf_cuda::mma::interleave(dtype, &wbytes, n, k) {
+            let dil = gpu.upload(&il)?;
+            let mut cfgs: Vec<Option<MmaCfg>> = vec![None];
+            cfgs.extend(MMA_CFGS.iter().map(|&c| Some(c)));
+            for rows in [1, 2, 4, 8, 16, 32, 64, 512] {
                 let act = gpu.quantize(&dx, rows, k, block)?;
                 let mut out = gpu.zeros::<f32>(rows * n)?;
-                gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?;
-                let micros = time(gpu, || {
-                    Ok(gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?)
-                })?;
-                println!(
-                    "| {dtype} Interleaved | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
-                    wbytes.len() as f64 / micros / 1e3
-                );
+                for &cfg in &cfgs {
+                    let mut go = || Ok(gpu.matmul_mma(dtype, &dil, n, &act, &mut out, cfg)?);
+                    go()?;
+                    let micros = time(gpu, go)?;
+                    let name = match cfg {
+                        Some(c) => format!("{}/{}/{}", c.nt, c.s, c.rw),
+                        None => "auto".into(),
+                    };
+                    println!(
+                        "| {dtype} mma {name} | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
+                        wbytes.len() as f64 / micros / 1e3
+                    );
+                }
+                if dtype == DType::Q4K {
+                    let dil = gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, n, k))?;
+                    gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?;
+                    let micros = time(gpu, || {
+                        Ok(gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?)
+                    })?;
+                    println!(
+                        "| {dtype} Interleaved | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
+                        wbytes.len() as f64 / micros / 1e3
+                    );
+                }
             }
         }
         for form in [MatmulForm::Warp, MatmulForm::Tile] {

@@ -18,6 +18,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("actq.cu", include_str!("../kernels/actq.cu")),
     ("matmul_q.cu", include_str!("../kernels/matmul_q.cu")),
     ("matmul_t.cu", include_str!("../kernels/matmul_t.cu")),
+    ("matmul_mma.cu", include_str!("../kernels/matmul_mma.cu")),
     ("matmul_f.cu", include_str!("../kernels/matmul_f.cu")),
     ("rmsnorm.cu", include_str!("../kernels/rmsnorm.cu")),
     ("swiglu.cu", include_str!("../kernels/swiglu.cu")),

@@ -9,6 +9,7 @@
 //! (`tf_kernels`), so its results equal the CPU's bit for bit ([`ops`]).
 
 pub mod compile;
+pub mod mma;
 pub mod ops;
 pub mod rowops;
 pub mod runner;
@@ -61,6 +62,9 @@ pub struct Gpu {
     pub program: ProgramInfo,
     /// The quantized matmul kernel form (`TENSORFOLD_CUDA_MATMUL`).
     pub matmul_form: ops::MatmulForm,
+    /// Q4_K and Q6_K matmuls on tensor cores (`TENSORFOLD_CUDA_MMA`, default on; `0` keeps
+    /// the dp4a tile kernels for Q4_K and Q6_K in the GGUF layout).
+    pub mma: bool,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
@@ -125,6 +129,7 @@ impl Gpu {
             cc,
             program,
             matmul_form: ops::MatmulForm::from_env(),
+            mma: !std::env::var("TENSORFOLD_CUDA_MMA").is_ok_and(|v| v == "0"),
             functions: Mutex::new(HashMap::new()),
         })
     }

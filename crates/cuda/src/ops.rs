@@ -251,7 +251,7 @@ impl Gpu {
     /// # Safety
     /// `w` must hold `n` weight rows of `x.k` values in the layout the kernel reads and `out`
     /// room for `x.rows * n` values.
-    unsafe fn launch_quant(
+    pub(crate) unsafe fn launch_quant(
         &self,
         name: &str,
         cfg: LaunchConfig,

@@ -2,6 +2,7 @@
 //! fixed (a captured CUDA graph replays exactly these pointers).
 
 use cudarc::driver::CudaSlice;
+use tf_core::DType;
 use tf_kernels::actq::ActBlock;
 use tf_kernels::matmul::act_block;
 use tf_models::ModelConfig;
@@ -143,7 +144,9 @@ pub fn matmul(
                 gpu.quantize_into(x, rows, w.k, act)?;
                 *held = tag;
             }
-            if w.interleaved {
+            if w.interleaved && (gpu.mma || w.dtype == DType::Q6K) {
+                gpu.matmul_mma(w.dtype, &w.data, w.n, act, out, None)
+            } else if w.interleaved {
                 gpu.matmul_q4k_interleaved(&w.data, w.n, act, out)
             } else {
                 gpu.matmul_q(w.dtype, &w.data, w.n, act, out)

@@ -17,7 +17,7 @@ pub struct DevMatrix {
     /// Rows (outputs).
     pub n: usize,
     pub data: CudaSlice<u8>,
-    /// Q4_K blocks in the layout of `ops::interleave_q4k` (coalesced loads).
+    /// Q4_K / Q6_K blocks in the layout of `mma::interleave` (coalesced loads).
     pub interleaved: bool,
 }
 
@@ -66,13 +66,15 @@ impl Uploader<'_> {
             )));
         }
         self.bytes += m.data.len();
-        let interleave = m.dtype == DType::Q4K
-            && !std::env::var("TENSORFOLD_CUDA_INTERLEAVE").is_ok_and(|v| v == "0");
-        let data = if interleave {
-            self.gpu
-                .upload(&crate::ops::interleave_q4k(m.data, m.n, m.k))?
-        } else {
-            self.gpu.upload(m.data)?
+        // Q4_K (and Q6_K for the tensor-core kernels) interleaved by 32 rows: coalesced loads.
+        let interleave = !std::env::var("TENSORFOLD_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")
+            && (m.dtype == DType::Q4K || (m.dtype == DType::Q6K && self.gpu.mma));
+        let data = match interleave {
+            true => match crate::mma::interleave(m.dtype, m.data, m.n, m.k) {
+                Some(il) => self.gpu.upload(&il)?,
+                None => self.gpu.upload(m.data)?,
+            },
+            false => self.gpu.upload(m.data)?,
         };
         Ok(DevMatrix {
             dtype: m.dtype,

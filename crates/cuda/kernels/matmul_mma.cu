@@ -1,0 +1,339 @@
+// Quantized matmuls on int8 tensor cores (mma.sync), the same bits as `matmul_q`, `matmul_t`
+// and the CPU. A weight block's integer sums against an activation block are exact whatever
+// unit computes them: the tensor core multiplies 16 weight columns (the A operand, one column
+// per A row) by 8 activation rows (the B operand) over one group of 32 (Q4_K) or 16 (Q6_K)
+// values, the group's scale multiplies the int32 result, and the block's float step
+// (`block_step`) then runs in ascending block order for each (row, column), as on the CPU.
+//
+// Weights are interleaved by 32 columns (`ops::interleave_q4k`, `ops::interleave_q6k`): for
+// tile `c / 32`, block `b`, 16-byte word `w`, the word of the tile's 32 columns side by side,
+// so that the 32 lanes of a warp read 128 contiguous bytes per load.
+//
+// Fragments of mma.m16n8k32 (lane = 4 * gid + t): A a0 = A[gid][4t..], a1 = A[gid + 8][4t..],
+// a2 = A[gid][16 + 4t..], a3 = A[gid + 8][16 + 4t..]; B b0 = B[4t..][gid], b1 = B[16 + 4t..][gid];
+// C c0 = C[gid][2t], c1 = C[gid][2t + 1], c2 = C[gid + 8][2t], c3 = C[gid + 8][2t + 1].
+// m16n8k16 is the same with a0, a1 and b0 only. So a thread holds, per 8-row tile, the sums of
+// columns gid and gid + 8 (its A rows) for rows 2t and 2t + 1.
+//
+// A thread block covers 16 columns. S warps ("slots") split the blocks of k (warp s takes
+// blocks s, s + S, ...) and hand their integer sums to the threads that advance the float
+// chains, through shared memory; with S = 1 a warp keeps its chains in registers, and RW warps
+// take RW tiles of 8 * NT rows. Which configuration runs never changes a bit.
+
+__device__ __forceinline__ void mma_k32(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                        u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_k16(int (&c)[4], u32 a0, u32 a1, u32 b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+
+__device__ __forceinline__ int byte_of(const uint4& v, int i) {
+    const u32 w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
+    return (int)((w >> (8 * (i & 3))) & 0xFF);
+}
+
+// The mma's k positions are any order of a group's values as long as A and B agree: lane t
+// takes values [8t, 8t + 8) of a group of 32 (a0/b0 the first four, a2/b1 the next four), so
+// that its weight and activation bytes are contiguous (8-byte loads).
+
+// The activation sums of one row's block: 16 i16 (one per 16 values) in two 16-byte loads.
+__device__ __forceinline__ void load_sums(const i16* s, int (&v)[16]) {
+    uint4 lo = s ? *(const uint4*)s : make_uint4(0, 0, 0, 0);
+    uint4 hi = s ? *(const uint4*)(s + 8) : make_uint4(0, 0, 0, 0);
+    const u32 w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[2 * i] = (int)(i16)(w[i] & 0xFFFF);
+        v[2 * i + 1] = (int)(i16)(w[i] >> 16);
+    }
+}
+
+// Q4_K interleaved: word 0 = d, dmin, 12 bytes of 6-bit scales and mins; words 1..8 = qs.
+// Sub-block s = 2j + h is nibble h of qs[32j .. 32j + 32): lane t's values 8t .. 8t + 8 are
+// bytes 8(t % 2) .. of word 1 + 2j + t / 2.
+struct MmaQ4K {
+    static const int TB = 9 * 512;  // bytes per (tile, block)
+    static const int SHAPE = 1;
+    uint2 q[2][4];
+    uint4 w0[2];
+    struct F {
+        int sc[2][8], mn[2][8];
+        float d[2], dmin[2];
+    };
+
+    __device__ __forceinline__ void load(const u8* tb, int ca, int t) {
+#pragma unroll
+        for (int ci = 0; ci < 2; ci++) {
+            const int c = ca + 8 * ci;
+            w0[ci] = *(const uint4*)(tb + c * 16);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                q[ci][j] = *(const uint2*)(tb + (1 + 2 * j + t / 2) * 512 + c * 16 + 8 * (t % 2));
+        }
+    }
+    __device__ __forceinline__ F decode() const {
+        F f;
+#pragma unroll
+        for (int ci = 0; ci < 2; ci++) {
+            const uint4& v = w0[ci];  // scales at bytes 4..15
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (j < 4) {
+                    f.sc[ci][j] = byte_of(v, 4 + j) & 63;
+                    f.mn[ci][j] = byte_of(v, 8 + j) & 63;
+                } else {
+                    f.sc[ci][j] = (byte_of(v, 8 + j) & 0xF) | ((byte_of(v, j) >> 6) << 4);
+                    f.mn[ci][j] = (byte_of(v, 8 + j) >> 4) | ((byte_of(v, j + 4) >> 6) << 4);
+                }
+            }
+            f.d[ci] = f16_to_f32((u16)(v.x & 0xFFFF));
+            f.dmin[ci] = f16_to_f32((u16)(v.x >> 16));
+        }
+        return f;
+    }
+    // Sums of one 8-row tile: `xg` row gid's values of this block (null past the rows), `s0` /
+    // `s1` the activation sums of rows 2t / 2t + 1 at this block (null past the rows).
+    __device__ __forceinline__ void ints(const F& f, const i8* xg, const i16* s0,
+                                         const i16* s1, int t, int (&is)[4],
+                                         int (&ms)[4]) const {
+#pragma unroll
+        for (int p = 0; p < 4; p++) is[p] = ms[p] = 0;
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            const int j = s / 2, sh = 4 * (s % 2);
+            const uint2 xb = xg ? *(const uint2*)(xg + 32 * s + 8 * t) : make_uint2(0, 0);
+            int c[4] = {0, 0, 0, 0};
+            mma_k32(c, (q[0][j].x >> sh) & 0x0F0F0F0Fu, (q[1][j].x >> sh) & 0x0F0F0F0Fu,
+                    (q[0][j].y >> sh) & 0x0F0F0F0Fu, (q[1][j].y >> sh) & 0x0F0F0F0Fu, xb.x, xb.y);
+            is[0] += f.sc[0][s] * c[0];
+            is[1] += f.sc[0][s] * c[1];
+            is[2] += f.sc[1][s] * c[2];
+            is[3] += f.sc[1][s] * c[3];
+        }
+        // msum = sum_g m_{g/2} * sr[g]: sub-block s holds sums 2s and 2s + 1.
+        int r0[16], r1[16];
+        load_sums(s0, r0);
+        load_sums(s1, r1);
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            const int p0 = r0[2 * s] + r0[2 * s + 1], p1 = r1[2 * s] + r1[2 * s + 1];
+            ms[0] += f.mn[0][s] * p0;
+            ms[1] += f.mn[0][s] * p1;
+            ms[2] += f.mn[1][s] * p0;
+            ms[3] += f.mn[1][s] * p1;
+        }
+    }
+};
+
+// Q6_K interleaved: words 0..7 = ql, 8..11 = qh, 12 = the 16 signed scales; then the 32
+// columns' d as f16 (64 bytes). Group g (16 values) = 8n + 2u + hf: element 128n + 32u + l,
+// l = 16 hf + i, is (nibble (u >= 2) of ql word 4n + 2(u & 1) + hf) | ((qh word 8 + 2n + hf
+// >> 2u) & 3) << 4, minus 32 (taken out through the activation sums, as the CPU does). One
+// m16n8k16 mma per group (its own scale); lane t takes the group's values 4t .. 4t + 4.
+struct MmaQ6K {
+    static const int TB = 13 * 512 + 64;
+    static const int SHAPE = 0;
+    u32 ql[2][8], qh[2][4];
+    uint4 sc[2];
+    u16 d16[2];
+    struct F {
+        int sc[2][16];
+        float d[2], dmin[2];
+    };
+
+    __device__ __forceinline__ void load(const u8* tb, int ca, int t) {
+#pragma unroll
+        for (int ci = 0; ci < 2; ci++) {
+            const int c = ca + 8 * ci;
+#pragma unroll
+            for (int wd = 0; wd < 8; wd++) ql[ci][wd] = *(const u32*)(tb + wd * 512 + c * 16 + 4 * t);
+#pragma unroll
+            for (int wd = 0; wd < 4; wd++) qh[ci][wd] = *(const u32*)(tb + (8 + wd) * 512 + c * 16 + 4 * t);
+            sc[ci] = *(const uint4*)(tb + 12 * 512 + c * 16);
+            d16[ci] = *(const u16*)(tb + 13 * 512 + 2 * c);
+        }
+    }
+    __device__ __forceinline__ F decode() const {
+        F f;
+#pragma unroll
+        for (int ci = 0; ci < 2; ci++) {
+#pragma unroll
+            for (int g = 0; g < 16; g++) f.sc[ci][g] = (int)(i8)byte_of(sc[ci], g);
+            f.d[ci] = f16_to_f32(d16[ci]);
+            f.dmin[ci] = 0.0f;
+        }
+        return f;
+    }
+    __device__ __forceinline__ void ints(const F& f, const i8* xg, const i16* s0,
+                                         const i16* s1, int t, int (&is)[4],
+                                         int (&ms)[4]) const {
+#pragma unroll
+        for (int p = 0; p < 4; p++) is[p] = ms[p] = 0;
+#pragma unroll
+        for (int g = 0; g < 16; g++) {
+            const int n = g / 8, u = (g / 2) % 4, hf = g % 2;
+            const int wq = 4 * n + 2 * (u & 1) + hf, wh = 2 * n + hf;
+            const int shq = u >= 2 ? 4 : 0;
+            const u32 a0 = ((ql[0][wq] >> shq) & 0x0F0F0F0Fu) | (((qh[0][wh] >> (2 * u)) & 0x03030303u) << 4);
+            const u32 a1 = ((ql[1][wq] >> shq) & 0x0F0F0F0Fu) | (((qh[1][wh] >> (2 * u)) & 0x03030303u) << 4);
+            const u32 b0 = xg ? *(const u32*)(xg + 16 * g + 4 * t) : 0u;
+            int c[4] = {0, 0, 0, 0};
+            mma_k16(c, a0, a1, b0);
+            is[0] += f.sc[0][g] * c[0];
+            is[1] += f.sc[0][g] * c[1];
+            is[2] += f.sc[1][g] * c[2];
+            is[3] += f.sc[1][g] * c[3];
+        }
+        int r0[16], r1[16], corr[4] = {0, 0, 0, 0};
+        load_sums(s0, r0);
+        load_sums(s1, r1);
+#pragma unroll
+        for (int g = 0; g < 16; g++) {
+            corr[0] += f.sc[0][g] * r0[g];
+            corr[1] += f.sc[0][g] * r1[g];
+            corr[2] += f.sc[1][g] * r0[g];
+            corr[3] += f.sc[1][g] * r1[g];
+        }
+#pragma unroll
+        for (int p = 0; p < 4; p++) is[p] -= 32 * corr[p];
+    }
+};
+
+#define MMA_PAD 20  // row stride (ints) of the slot exchange: conflict-free writes
+
+template <class D, int NT, int S, int RW>
+__device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* xq,
+                                           const float* xd, const i16* xs, int rows, float* out) {
+    const int R8 = NT * 8;
+    const int nb = k / 256, nsr = k / 16;
+    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
+    const int gid = lane / 4, t = lane % 4;
+    const int slot = wp % S, rw = wp / S;
+    const int col0 = blockIdx.y * 16;  // this thread block's first column
+    const int tile = col0 / 32, ca = col0 % 32 + gid;
+    const int row0 = (blockIdx.x * RW + rw) * R8;
+    const u8* wt = w + (size_t)tile * nb * D::TB;
+
+    // S > 1: the slots' integer sums and factors, and the chains of CP (row, column) pairs per
+    // thread (pair p = threadIdx.x + i * 32 S: column p % 16, row p / 16 of the tile).
+    const int SS = S > 1 ? S : 1, SR = S > 1 ? R8 : 1;
+    __shared__ int s_is[SS][SR][MMA_PAD];
+    __shared__ int s_ms[SS][SR][MMA_PAD];
+    __shared__ float s_d[SS][16];
+    __shared__ float s_dm[SS][16];
+    const int CP = S > 1 ? (16 * R8 + 32 * S - 1) / (32 * S) : 1;
+    float chain[CP];
+#pragma unroll
+    for (int i = 0; i < CP; i++) chain[i] = 0.0f;
+    float acc[NT][4];
+#pragma unroll
+    for (int a = 0; a < NT; a++)
+#pragma unroll
+        for (int p = 0; p < 4; p++) acc[a][p] = 0.0f;
+
+    // The next block's weights are loaded while this one's are used.
+    D cur, nxt;
+    if (slot < nb) cur.load(wt + (size_t)slot * D::TB, ca, t);
+    for (int g = 0; g < nb; g += S) {
+        const int b = g + slot;
+        if (b + S < nb) nxt.load(wt + (size_t)(b + S) * D::TB, ca, t);
+        if (b < nb) {
+            const typename D::F f = cur.decode();
+#pragma unroll
+            for (int a = 0; a < NT; a++) {
+                const int rg = row0 + 8 * a + gid, r0 = row0 + 8 * a + 2 * t, r1 = r0 + 1;
+                const i8* xg = rg < rows ? xq + (size_t)rg * k + (size_t)b * 256 : nullptr;
+                const i16* s0 = r0 < rows ? xs + (size_t)r0 * nsr + 16 * b : nullptr;
+                const i16* s1 = r1 < rows ? xs + (size_t)r1 * nsr + 16 * b : nullptr;
+                int is[4], ms[4];
+                cur.ints(f, xg, s0, s1, t, is, ms);
+                if (S == 1) {
+#pragma unroll
+                    for (int p = 0; p < 4; p++) {
+                        const int row = (p & 1) ? r1 : r0;
+                        if (row < rows) {
+                            acc[a][p] = block_step(acc[a][p], D::SHAPE, f.d[p / 2],
+                                                   f.dmin[p / 2], xd[(size_t)row * nb + b],
+                                                   is[p], ms[p]);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int p = 0; p < 4; p++) {
+                        const int rl = 8 * a + 2 * t + (p & 1), cl = gid + 8 * (p / 2);
+                        s_is[slot % SS][rl % SR][cl] = is[p];
+                        s_ms[slot % SS][rl % SR][cl] = ms[p];
+                    }
+                }
+            }
+            if (S > 1 && t == 0) {
+                s_d[slot % SS][gid] = f.d[0];
+                s_d[slot % SS][gid + 8] = f.d[1];
+                s_dm[slot % SS][gid] = f.dmin[0];
+                s_dm[slot % SS][gid + 8] = f.dmin[1];
+            }
+        }
+        cur = nxt;
+        if (S > 1) {
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < CP; i++) {
+                const int p = threadIdx.x + i * 32 * S, cl = p % 16, rl = p / 16;
+                const int row = row0 + rl;
+                if (rl < R8 && row < rows) {
+                    for (int j = 0; j < S && g + j < nb; j++) {
+                        chain[i] = block_step(chain[i], D::SHAPE, s_d[j % SS][cl],
+                                              s_dm[j % SS][cl], xd[(size_t)row * nb + g + j],
+                                              s_is[j % SS][rl % SR][cl], s_ms[j % SS][rl % SR][cl]);
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    if (S > 1) {
+#pragma unroll
+        for (int i = 0; i < CP; i++) {
+            const int p = threadIdx.x + i * 32 * S, cl = p % 16, rl = p / 16;
+            const int row = row0 + rl, col = col0 + cl;
+            if (rl < R8 && row < rows && col < n) out[(size_t)row * n + col] = chain[i];
+        }
+    } else {
+#pragma unroll
+        for (int a = 0; a < NT; a++)
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const int row = row0 + 8 * a + 2 * t + (p & 1), col = col0 + gid + 8 * (p / 2);
+                if (row < rows && col < n) out[(size_t)row * n + col] = acc[a][p];
+            }
+    }
+}
+
+// Kernels per type and configuration: name_NT_S_RW, launched with 32 * S * RW threads and a
+// grid of (rows / (8 NT RW), n / 16).
+#define MMA_KERNEL(name, D, NT, S, RW)                                                         \
+    extern "C" __global__ void __launch_bounds__(32 * S * RW)                                  \
+        name##_##NT##_##S##_##RW(const u8* w, int n, int k, const i8* xq, const float* xd,     \
+                                 const i16* xs, int rows, float* out) {                        \
+        matmul_mma<D, NT, S, RW>(w, n, k, xq, xd, xs, rows, out);                              \
+    }
+#define MMA_CONFIGS(name, D)      \
+    MMA_KERNEL(name, D, 1, 16, 1) \
+    MMA_KERNEL(name, D, 1, 8, 1)  \
+    MMA_KERNEL(name, D, 1, 4, 1)  \
+    MMA_KERNEL(name, D, 2, 8, 1)  \
+    MMA_KERNEL(name, D, 2, 4, 1)  \
+    MMA_KERNEL(name, D, 4, 4, 1)  \
+    MMA_KERNEL(name, D, 8, 2, 1)  \
+    MMA_KERNEL(name, D, 8, 1, 4)  \
+    MMA_KERNEL(name, D, 4, 1, 4)
+MMA_CONFIGS(mma_q4k, MmaQ4K)
+MMA_CONFIGS(mma_q6k, MmaQ6K)
