@@ -3,6 +3,7 @@
 //! Subcommands live one per module; errors travel as `anyhow` values and are printed, with their
 //! whole context chain, only here.
 
+mod alloc;
 mod bench;
 mod cells;
 mod chat;
@@ -103,6 +104,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    alloc::keep_large_blocks();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Run(args) => run::run(args, &cli.global),
