@@ -191,7 +191,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         matmul(&pool, &w, &acts, &mut want);
         let dw = gpu.upload(&wbytes)?;
         // Q4_K and Q6_K also in the interleaved layouts the GPU runner uploads.
-        let dil = match tf_cuda::mma::interleave(dtype, &wbytes, N, K) {
+        let dil = match tf_cuda::ops::interleave(dtype, &wbytes, N, K) {
             Some(il) => Some(gpu.upload(&il)?),
             None => None,
         };
@@ -412,7 +412,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
         let x = activations(512, k, seed);
         let dx = gpu.upload(&x)?;
         let block = tf_kernels::matmul::act_block(dtype).expect("quantized");
-        if let Some(il) = tf_cuda::mma::interleave(dtype, &wbytes, n, k) {
+        if let Some(il) = tf_cuda::ops::interleave(dtype, &wbytes, n, k) {
             let dil = gpu.upload(&il)?;
             let mut cfgs: Vec<Option<MmaCfg>> = vec![None];
             cfgs.extend(MMA_CFGS.iter().map(|&c| Some(c)));
@@ -433,7 +433,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
                     );
                 }
                 if dtype == DType::Q4K {
-                    let dil = gpu.upload(&tf_cuda::ops::interleave_q4k(&wbytes, n, k))?;
+                    // The dp4a kernel reads the same layout.
                     gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?;
                     let micros = time(gpu, || {
                         Ok(gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?)

@@ -5,7 +5,7 @@
 // values, the group's scale multiplies the int32 result, and the block's float step
 // (`block_step`) then runs in ascending block order for each (row, column), as on the CPU.
 //
-// Weights are interleaved by 32 columns (`ops::interleave_q4k`, `ops::interleave_q6k`): for
+// Weights are interleaved by 32 columns (`ops::interleave`): for
 // tile `c / 32`, block `b`, 16-byte word `w`, the word of the tile's 32 columns side by side,
 // so that the 32 lanes of a warp read 128 contiguous bytes per load.
 //

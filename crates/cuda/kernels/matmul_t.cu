@@ -44,7 +44,7 @@ struct Dec<T_Q4K> {
     int sc[8], mn[8];
     float d, dmin;
     // The block's nine 16-byte words are `stride` bytes apart: 16 in the GGUF layout, 512 in
-    // the interleaved one (word w of 32 columns' blocks side by side, see `interleave_q4k`).
+    // the interleaved one (word w of 32 columns' blocks side by side, see `ops::interleave`).
     __device__ __forceinline__ void load(const u8* b, int stride) {
         uint4 w0 = *(const uint4*)b;
         const u8* h = (const u8*)&w0;
@@ -242,7 +242,7 @@ MATMUL_T(matmul_tt_q4k, T_Q4K)
 MATMUL_T(matmul_tt_q5k, T_Q5K)
 MATMUL_T(matmul_tt_q6k, T_Q6K)
 
-// Q4_K in the interleaved layout (`interleave_q4k` on the host): a warp's 32 lanes read 512
+// Q4_K in the interleaved layout (`ops::interleave` on the host): a warp's 32 lanes read 512
 // contiguous bytes per load.
 extern "C" __global__ void __launch_bounds__(256)
     matmul_tt_q4k_i(const u8* w, int n, int k, const i8* xq, const float* xd, const i16* xs,

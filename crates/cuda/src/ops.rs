@@ -37,25 +37,49 @@ impl MatmulForm {
     }
 }
 
-/// Q4_K weight rows (`n` rows of `k / 256` blocks of 144 bytes) in the interleaved layout of
-/// `matmul_tt_q4k_i`: for each tile of 32 rows, each block index and each of a block's nine
-/// 16-byte words, that word of the tile's 32 rows side by side (512 bytes); rows past `n` in the
-/// last tile are zero. Same bytes, other places: the kernels compute the same sums.
-pub fn interleave_q4k(data: &[u8], n: usize, k: usize) -> Vec<u8> {
-    let nb = k / 256;
-    let tiles = n.div_ceil(32);
-    let mut out = vec![0u8; tiles * nb * 9 * 512];
+/// The bytes of one (tile of 32 rows, block index) in the interleaved layout of a k-quant
+/// block of `bb` bytes: its whole 16-byte words, each of the 32 rows side by side (512 bytes
+/// a word), then the 32 rows' remaining `bb % 16` bytes.
+fn tile_block_bytes(bb: usize) -> usize {
+    bb / 16 * 512 + 32 * (bb % 16)
+}
+
+/// Weight rows (`n` rows of `k / 256` blocks) in the interleaved layout the GPU kernels read
+/// for Q4_K (`matmul_tt_q4k_i`, `mma_q4k`: nine words, no tail) and Q6_K (`mma_q6k`: thirteen
+/// words, then each row's 2-byte `d`), `None` for other types. Rows past `n` in the last tile
+/// are zero. The same bytes in other places, so the kernels compute the same sums and a warp's
+/// loads of one word are contiguous.
+pub fn interleave(dtype: DType, data: &[u8], n: usize, k: usize) -> Option<Vec<u8>> {
+    let bb = match dtype {
+        DType::Q4K | DType::Q6K => dtype.bytes_for(256)?,
+        _ => return None,
+    };
+    let (nb, words, tail, tb) = (k / 256, bb / 16, bb % 16, tile_block_bytes(bb));
+    let mut out = vec![0u8; interleaved_len(dtype, n, k)?];
     for c in 0..n {
         let (tile, lane) = (c / 32, c % 32);
         for b in 0..nb {
-            let blk = &data[(c * nb + b) * 144..][..144];
-            for w in 0..9 {
-                let at = ((tile * nb + b) * 9 + w) * 512 + lane * 16;
-                out[at..at + 16].copy_from_slice(&blk[16 * w..16 * w + 16]);
+            let blk = &data[(c * nb + b) * bb..][..bb];
+            let at = (tile * nb + b) * tb;
+            for w in 0..words {
+                let o = at + w * 512 + lane * 16;
+                out[o..o + 16].copy_from_slice(&blk[16 * w..16 * w + 16]);
             }
+            let o = at + words * 512 + lane * tail;
+            out[o..o + tail].copy_from_slice(&blk[16 * words..]);
         }
     }
-    out
+    Some(out)
+}
+
+/// Bytes of `n` rows of `k` values in the layout of [`interleave`].
+pub fn interleaved_len(dtype: DType, n: usize, k: usize) -> Option<usize> {
+    match dtype {
+        DType::Q4K | DType::Q6K => {
+            Some(n.div_ceil(32) * (k / 256) * tile_block_bytes(dtype.bytes_for(256)?))
+        }
+        _ => None,
+    }
 }
 
 /// The matmul kernel of a quantized weight type, `None` where there is none yet.
@@ -222,7 +246,7 @@ impl Gpu {
         self.matmul_q_form(form, dtype, w, n, x, out)
     }
 
-    /// `out = x · wᵀ` for Q4_K weights laid out by [`interleave_q4k`] (`n` rows of `x.k`).
+    /// `out = x · wᵀ` for Q4_K weights laid out by [`interleave`] (`n` rows of `x.k`).
     pub fn matmul_q4k_interleaved(
         &self,
         w: &CudaSlice<u8>,
@@ -472,25 +496,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn interleaving_moves_every_word_of_every_block_once() {
-        let (n, k) = (37, 512);
-        let data: Vec<u8> = (0..n * (k / 256) * 144)
-            .map(|i| (i * 7 % 251) as u8)
-            .collect();
-        let il = interleave_q4k(&data, n, k);
-        assert_eq!(il.len(), 2 * 2 * 9 * 512);
-        let nb = k / 256;
-        for c in 0..n {
-            for b in 0..nb {
-                for w in 0..9 {
-                    let at = (((c / 32) * nb + b) * 9 + w) * 512 + (c % 32) * 16;
-                    let src = (c * nb + b) * 144 + 16 * w;
-                    assert_eq!(il[at..at + 16], data[src..src + 16], "c {c} b {b} w {w}");
+    fn interleaving_moves_every_byte_of_every_block_once() {
+        for (dtype, bb, n) in [(DType::Q4K, 144, 37), (DType::Q6K, 210, 40)] {
+            let k = 512;
+            let nb = k / 256;
+            let data: Vec<u8> = (0..n * nb * bb).map(|i| (i * 7 % 251) as u8).collect();
+            let il = interleave(dtype, &data, n, k).unwrap();
+            let tb = bb / 16 * 512 + 32 * (bb % 16);
+            assert_eq!(il.len(), 2 * nb * tb);
+            assert_eq!(il.len(), interleaved_len(dtype, n, k).unwrap());
+            for c in 0..n {
+                for b in 0..nb {
+                    let blk = &data[(c * nb + b) * bb..][..bb];
+                    let at = ((c / 32) * nb + b) * tb;
+                    for (i, &v) in blk.iter().enumerate() {
+                        let o = if i < bb / 16 * 16 {
+                            at + (i / 16) * 512 + (c % 32) * 16 + i % 16
+                        } else {
+                            at + bb / 16 * 512 + (c % 32) * (bb % 16) + i % 16
+                        };
+                        assert_eq!(il[o], v, "{dtype} c {c} b {b} byte {i}");
+                    }
                 }
             }
+            // Nothing else was written: rows past n in the last tile are zero.
+            let moved: u64 = il.iter().map(|&b| b as u64).sum();
+            assert_eq!(
+                moved,
+                data.iter().map(|&b| b as u64).sum::<u64>(),
+                "{dtype}"
+            );
         }
-        // Lanes past n in the last tile are zero.
-        let at = ((nb + 1) * 9 + 8) * 512 + 5 * 16;
-        assert!(il[at..at + 16].iter().all(|&v| v == 0));
     }
 }

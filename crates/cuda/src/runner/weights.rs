@@ -17,7 +17,7 @@ pub struct DevMatrix {
     /// Rows (outputs).
     pub n: usize,
     pub data: CudaSlice<u8>,
-    /// Q4_K / Q6_K blocks in the layout of `mma::interleave` (coalesced loads).
+    /// Q4_K / Q6_K blocks in the layout of `ops::interleave` (coalesced loads).
     pub interleaved: bool,
 }
 
@@ -70,10 +70,9 @@ impl Uploader<'_> {
         let interleave = !std::env::var("TENSORFOLD_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")
             && (m.dtype == DType::Q4K || (m.dtype == DType::Q6K && self.gpu.mma));
         let data = match interleave {
-            true => match crate::mma::interleave(m.dtype, m.data, m.n, m.k) {
-                Some(il) => self.gpu.upload(&il)?,
-                None => self.gpu.upload(m.data)?,
-            },
+            true => self.gpu.upload(
+                &crate::ops::interleave(m.dtype, m.data, m.n, m.k).expect("Q4_K or Q6_K"),
+            )?,
             false => self.gpu.upload(m.data)?,
         };
         Ok(DevMatrix {
