@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use tf_core::DType;
 use tf_cuda::mma::{MmaCfg, MMA_CFGS};
-use tf_cuda::ops::MatmulForm;
+use tf_cuda::ops::{DevAct, MatmulForm};
 use tf_cuda::Gpu;
 use tf_kernels::actq::{ActBlock, QuantAct};
 use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
@@ -30,14 +30,14 @@ enum Kernel {
     Float,
 }
 
-struct Row {
-    op: String,
-    ty: String,
-    rows: usize,
-    equal: usize,
-    total: usize,
-    max_diff: f64,
-    micros: f64,
+pub(crate) struct Row {
+    pub op: String,
+    pub ty: String,
+    pub rows: usize,
+    pub equal: usize,
+    pub total: usize,
+    pub max_diff: f64,
+    pub micros: f64,
 }
 
 fn splitmix(s: &mut u64) -> u64 {
@@ -50,7 +50,7 @@ fn splitmix(s: &mut u64) -> u64 {
 
 /// Activation-like rows: mostly N(0,1)-ish, some outliers, one zero block and one block so
 /// small that 127/amax overflows (the quantizer's zero rule).
-fn activations(rows: usize, k: usize, seed: u64) -> Vec<f32> {
+pub(crate) fn activations(rows: usize, k: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     let mut x: Vec<f32> = (0..rows * k)
         .map(|i| {
@@ -69,7 +69,37 @@ fn activations(rows: usize, k: usize, seed: u64) -> Vec<f32> {
     x
 }
 
-fn bits_equal(a: &[f32], b: &[f32]) -> (usize, f64) {
+/// The first `rows` rows of a GPU quantized activation against the CPU's: (values equal, values,
+/// largest scale difference), counting codes, scales and sums.
+pub(crate) fn quant_equal(
+    gpu: &Gpu,
+    got: &DevAct,
+    want: &QuantAct,
+    rows: usize,
+) -> Result<(usize, usize, f64)> {
+    let k = want.k;
+    let (nd, ns) = (
+        rows * k / got.block.values(),
+        rows * k / got.block.sum_len(),
+    );
+    let qs = gpu.download(&got.qs)?;
+    let d = gpu.download(&got.d)?;
+    let sums = gpu.download(&got.sums)?;
+    let (deq, dmax) = bits_equal(&d[..nd], &want.d[..nd]);
+    let qeq = qs[..rows * k]
+        .iter()
+        .zip(&want.qs)
+        .filter(|(a, b)| a == b)
+        .count();
+    let seq = sums[..ns]
+        .iter()
+        .zip(&want.sums)
+        .filter(|(a, b)| a == b)
+        .count();
+    Ok((deq + qeq + seq, nd + rows * k + ns, dmax))
+}
+
+pub(crate) fn bits_equal(a: &[f32], b: &[f32]) -> (usize, f64) {
     let mut eq = 0;
     let mut md = 0f64;
     for (x, y) in a.iter().zip(b) {
@@ -83,7 +113,7 @@ fn bits_equal(a: &[f32], b: &[f32]) -> (usize, f64) {
 }
 
 /// Median wall time of `f` (launch and synchronize) in microseconds.
-fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub(crate) fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     let mut t = Vec::new();
     for _ in 0..TIMING_REPS {
         let s = Instant::now();
@@ -143,14 +173,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         let want = QuantAct::new(SimdLevel::Scalar, block, &x, max_rows, K);
         for &rows in &args.rows {
             let got = gpu.quantize(&dx, rows, K, block)?;
-            let qs = gpu.download(&got.qs)?;
-            let d = gpu.download(&got.d)?;
-            let sums = gpu.download(&got.sums)?;
-            let nd = rows * K / block.values();
-            let ns = rows * K / block.sum_len();
-            let (deq, dmax) = bits_equal(&d, &want.d[..nd]);
-            let qeq = qs.iter().zip(&want.qs).filter(|(a, b)| a == b).count();
-            let seq = sums.iter().zip(&want.sums).filter(|(a, b)| a == b).count();
+            let (equal, total, max_diff) = quant_equal(&gpu, &got, &want, rows)?;
             let micros = time(&gpu, || {
                 gpu.quantize(&dx, rows, K, block)?;
                 Ok(())
@@ -159,9 +182,9 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                 op: "actq".into(),
                 ty: format!("B{}", block.values()),
                 rows,
-                equal: deq + qeq + seq,
-                total: nd + rows * K + ns,
-                max_diff: dmax,
+                equal,
+                total,
+                max_diff,
                 micros,
             });
         }
@@ -273,11 +296,11 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         let (dxn, dwn) = (gpu.upload(&xn)?, gpu.upload(&wn)?);
         for &rows in &args.rows {
             let mut out = gpu.zeros::<f32>(rows * n)?;
-            gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out)?;
+            gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out, None)?;
             let got = gpu.download(&out)?;
             let (eq, md) = bits_equal(&got, &want[..rows * n]);
             let micros = time(&gpu, || {
-                Ok(gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out)?)
+                Ok(gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out, None)?)
             })?;
             table.push(Row {
                 op: "rms_norm".into(),
@@ -321,6 +344,8 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
             });
         }
     }
+
+    crate::gpu_check_fused::run(&gpu, level, &args.rows, args.seed, &mut table)?;
 
     // RoPE: Qwen2.5-1.5B's q heads, random positions below 4096, both pair styles.
     for style in [RopeStyle::Neox, RopeStyle::Interleaved] {

@@ -5,13 +5,12 @@
 // One warp per block: lane l holds values [l * bl/32, (l + 1) * bl/32); amax is a warp max
 // (exact in any order), the integer sums are warp sums (exact). Every block is computed alone,
 // whatever the number of rows.
-extern "C" __global__ void actq(const float* x, int n_blocks, int bl, int sl, i8* qs, float* d,
-                                i16* sums) {
-    int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (b >= n_blocks) return;  // whole warps leave together
-    const int per = bl / 32;    // 1 or 8 values per lane
-    const float* xb = x + (size_t)b * bl + lane * per;
+// The block of `bl` values at `xb` by one warp: codes to `qb`, the scale to `*db`, the sums of
+// `sl` values to `sb`.
+__device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int lane, i8* qb,
+                                           float* db, i16* sb) {
+    const int per = bl / 32;  // 1 or 8 values per lane
+    xb += lane * per;
     float v[8];
     float amax = 0.0f;
 #pragma unroll
@@ -24,7 +23,7 @@ extern "C" __global__ void actq(const float* x, int n_blocks, int bl, int sl, i8
     for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, s));
     float id = __fdiv_rn(127.0f, amax);
     bool zero = amax == 0.0f || isinf(id) || isnan(id);
-    i8* qb = qs + (size_t)b * bl + lane * per;
+    qb += lane * per;
     int sum = 0;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -41,6 +40,24 @@ extern "C" __global__ void actq(const float* x, int n_blocks, int bl, int sl, i8
     // Sums of `sl` values: `sl / per` consecutive lanes.
     const int lanes = sl / per;
     for (int s = 1; s < lanes; s <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, s);
-    if (lane % lanes == 0) sums[(size_t)b * (bl / sl) + lane / lanes] = (i16)sum;
-    if (lane == 0) d[b] = zero ? 0.0f : __fdiv_rn(amax, 127.0f);
+    if (lane % lanes == 0) sb[lane / lanes] = (i16)sum;
+    if (lane == 0) *db = zero ? 0.0f : __fdiv_rn(amax, 127.0f);
+}
+
+// Blocks b .. of a row of `n` values staged at `xs`, one warp each (warps of the thread block
+// in turn): the quantized row `qs` / `d` / `sums` (`actq`'s layout for one row).
+__device__ __forceinline__ void actq_row(const float* xs, int n, int bl, int sl, i8* qs,
+                                         float* d, i16* sums) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int b = w; b < n / bl; b += nw) {
+        actq_block(xs + b * bl, bl, sl, lane, qs + b * bl, d + b, sums + b * (bl / sl));
+    }
+}
+
+extern "C" __global__ void actq(const float* x, int n_blocks, int bl, int sl, i8* qs, float* d,
+                                i16* sums) {
+    int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= n_blocks) return;  // whole warps leave together
+    actq_block(x + (size_t)b * bl, bl, sl, threadIdx.x % 32, qs + (size_t)b * bl, d + b,
+               sums + (size_t)b * (bl / sl));
 }

@@ -2,10 +2,13 @@
 // in fewer launches.
 
 // x += y, then out = rms_norm(x) (`add_into` then `rms_norm`, one launch): the sums are staged
-// in shared memory and written back, then normalized as `rms_norm` does.
-extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
-                                        const float* __restrict__ w, int n, float eps, int rows,
-                                        float* __restrict__ out) {
+// in shared memory and written back, then normalized as `rms_norm` does; with Q also quantized
+// (`rms_norm_q`).
+template <bool Q>
+__device__ __forceinline__ void add_rms_norm_row(float* __restrict__ x, const float* __restrict__ y,
+                                                 const float* __restrict__ w, int n, float eps,
+                                                 int rows, float* __restrict__ out, int bl,
+                                                 int sl, i8* qs, float* d, i16* sums) {
     __shared__ float xs[RMS_MAX];
     __shared__ float r;
     const int row = blockIdx.x;
@@ -18,7 +21,25 @@ extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __re
         xr[i] = v;
     }
     __syncthreads();
-    rms_finish(xs, w, n, eps, &r, out + (size_t)row * n);
+    if (Q) {
+        rms_finish<true>(xs, w, n, eps, &r, out + (size_t)row * n, bl, sl, RMS_Q_ROW(row));
+    } else {
+        rms_finish<false>(xs, w, n, eps, &r, out + (size_t)row * n, 0, 0, nullptr, nullptr,
+                          nullptr);
+    }
+}
+
+extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
+                                        const float* __restrict__ w, int n, float eps, int rows,
+                                        float* __restrict__ out) {
+    add_rms_norm_row<false>(x, y, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
+}
+
+extern "C" __global__ void add_rms_norm_q(float* __restrict__ x, const float* __restrict__ y,
+                                          const float* __restrict__ w, int n, float eps,
+                                          int rows, float* __restrict__ out, int bl, int sl,
+                                          i8* qs, float* d, i16* sums) {
+    add_rms_norm_row<true>(x, y, w, n, eps, rows, out, bl, sl, qs, d, sums);
 }
 
 // After the q/k/v matmuls of row r (`blockIdx.x`): biases added (`add_bias`; null = none),
@@ -80,4 +101,25 @@ extern "C" __global__ void swiglu_fused(const float* gu, int f, int rows, float*
     float e = canon_exp(-g);
     float s = __fdiv_rn(g, __fadd_rn(1.0f, e));
     out[i] = __fmul_rn(s, gu[(size_t)r * 2 * f + f + c]);
+}
+
+// `swiglu_fused`, then its output quantized as `actq` does: one warp per block of `bl` values
+// of a row (f a multiple of bl), which it computes, writes and quantizes.
+extern "C" __global__ void swiglu_fused_q(const float* gu, int f, int rows, float* out, int bl,
+                                          int sl, i8* qs, float* d, i16* sums) {
+    __shared__ float vs[4][256];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int b = blockIdx.x * 4 + w, per_row = f / bl;
+    if (b >= rows * per_row) return;  // whole warps leave together
+    const int r = b / per_row, c0 = (b % per_row) * bl;
+    for (int i = lane; i < bl; i += 32) {
+        float g = gu[(size_t)r * 2 * f + c0 + i];
+        float e = canon_exp(-g);
+        float s = __fdiv_rn(g, __fadd_rn(1.0f, e));
+        float v = __fmul_rn(s, gu[(size_t)r * 2 * f + f + c0 + i]);
+        out[(size_t)r * f + c0 + i] = v;
+        vs[w][i] = v;
+    }
+    __syncwarp();
+    actq_block(vs[w], bl, sl, lane, qs + (size_t)b * bl, d + b, sums + (size_t)b * (bl / sl));
 }

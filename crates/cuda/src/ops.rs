@@ -18,6 +18,44 @@ pub struct DevAct {
     pub sums: CudaSlice<i16>,
 }
 
+/// The trailing arguments of the kernels that also quantize their output (`bl, sl, qs, d,
+/// sums`), checked against `rows` rows of `k` values; sets the buffer's `rows` and `k`.
+pub(crate) struct QuantArgs<'a> {
+    bl: i32,
+    sl: i32,
+    act: &'a mut DevAct,
+}
+
+impl<'a> QuantArgs<'a> {
+    pub(crate) fn new(act: &'a mut DevAct, rows: usize, k: usize) -> Result<QuantArgs<'a>> {
+        let (bl, sl) = (act.block.values(), act.block.sum_len());
+        if !k.is_multiple_of(bl)
+            || act.qs.len() < rows * k
+            || act.d.len() < rows * k / bl
+            || act.sums.len() < rows * k / sl
+        {
+            return Err(CudaError::Usage(format!(
+                "quantized output: k={k} rows={rows} block {bl}"
+            )));
+        }
+        act.rows = rows;
+        act.k = k;
+        Ok(QuantArgs {
+            bl: bl as i32,
+            sl: sl as i32,
+            act,
+        })
+    }
+
+    pub(crate) fn push<'b>(&'b mut self, l: &mut cudarc::driver::LaunchArgs<'b>) {
+        l.arg(&self.bl)
+            .arg(&self.sl)
+            .arg(&mut self.act.qs)
+            .arg(&mut self.act.d)
+            .arg(&mut self.act.sums);
+    }
+}
+
 /// Which quantized matmul kernel runs: one warp per column splitting each block's products
 /// (`matmul_q.cu`), or tiles of 32 columns x 8 rows decoding each weight block once per tile
 /// (`matmul_t.cu`). Both give the CPU's bits.
@@ -382,7 +420,9 @@ impl Gpu {
         Ok(())
     }
 
-    /// RMSNorm of `rows` rows of `n` values (`ops::rms_norm`).
+    /// RMSNorm of `rows` rows of `n` values (`ops::rms_norm`); with `q`, the output is also
+    /// quantized into it in the same launch (as [`quantize_into`](Self::quantize_into) would).
+    #[allow(clippy::too_many_arguments)]
     pub fn rms_norm(
         &self,
         x: &CudaSlice<f32>,
@@ -391,17 +431,25 @@ impl Gpu {
         eps: f32,
         rows: usize,
         out: &mut CudaSlice<f32>,
+        q: Option<&mut DevAct>,
     ) -> Result<()> {
         if x.len() < rows * n || weight.len() < n || out.len() < rows * n || n > RMS_MAX {
             return Err(CudaError::Usage("rms_norm: buffer sizes".into()));
         }
-        let f = self.function("rms_norm")?;
-        let cfg = rms_launch(rows);
         let (ni, ri) = (n as i32, rows as i32);
+        let f = self.function(if q.is_some() {
+            "rms_norm_q"
+        } else {
+            "rms_norm"
+        })?;
         let mut l = self.stream.launch_builder(&f);
         l.arg(x).arg(weight).arg(&ni).arg(&eps).arg(&ri).arg(out);
-        // SAFETY: as above.
-        unsafe { l.launch(cfg) }?;
+        let mut qa = q.map(|a| QuantArgs::new(a, rows, n)).transpose()?;
+        if let Some(qa) = qa.as_mut() {
+            qa.push(&mut l);
+        }
+        // SAFETY: as above; `QuantArgs::new` checked the quantized buffers.
+        unsafe { l.launch(rms_launch(rows)) }?;
         Ok(())
     }
 

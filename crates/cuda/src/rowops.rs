@@ -3,6 +3,7 @@
 
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 
+use crate::ops::{DevAct, QuantArgs};
 use crate::{CudaError, Gpu, Result};
 
 /// Query heads per KV head the attention kernel handles at most (`MAX_GROUP`).
@@ -299,6 +300,7 @@ impl Gpu {
         eps: f32,
         rows: usize,
         out: &mut CudaSlice<f32>,
+        q: Option<&mut DevAct>,
     ) -> Result<()> {
         if x.len() < rows * n
             || y.len() < rows * n
@@ -308,7 +310,11 @@ impl Gpu {
         {
             return Err(CudaError::Usage("add_rms_norm: buffer sizes".into()));
         }
-        let f = self.function("add_rms_norm")?;
+        let f = self.function(if q.is_some() {
+            "add_rms_norm_q"
+        } else {
+            "add_rms_norm"
+        })?;
         let cfg = crate::ops::rms_launch(rows);
         let (ni, ri) = (n as i32, rows as i32);
         let mut l = self.stream.launch_builder(&f);
@@ -319,7 +325,11 @@ impl Gpu {
             .arg(&eps)
             .arg(&ri)
             .arg(out);
-        // SAFETY: lengths checked above.
+        let mut qa = q.map(|a| QuantArgs::new(a, rows, n)).transpose()?;
+        if let Some(qa) = qa.as_mut() {
+            qa.push(&mut l);
+        }
+        // SAFETY: lengths checked above (the quantized output's by `QuantArgs::new`).
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
@@ -403,16 +413,34 @@ impl Gpu {
         f: usize,
         rows: usize,
         out: &mut CudaSlice<f32>,
+        q: Option<&mut DevAct>,
     ) -> Result<()> {
         if gu.len() < rows * 2 * f || out.len() < rows * f {
             return Err(CudaError::Usage("swiglu_fused: buffer sizes".into()));
         }
-        let func = self.function("swiglu_fused")?;
         let (fi, ri) = (f as i32, rows as i32);
+        let Some(q) = q else {
+            let func = self.function("swiglu_fused")?;
+            let mut l = self.stream.launch_builder(&func);
+            l.arg(gu).arg(&fi).arg(&ri).arg(out);
+            // SAFETY: sizes checked above.
+            unsafe { l.launch(LaunchConfig::for_num_elems((rows * f).max(1) as u32)) }?;
+            return Ok(());
+        };
+        let blocks = rows * f / q.block.values();
+        let mut qa = QuantArgs::new(q, rows, f)?;
+        let func = self.function("swiglu_fused_q")?;
         let mut l = self.stream.launch_builder(&func);
         l.arg(gu).arg(&fi).arg(&ri).arg(out);
-        // SAFETY: sizes checked above.
-        unsafe { l.launch(LaunchConfig::for_num_elems((rows * f).max(1) as u32)) }?;
+        qa.push(&mut l);
+        // One warp per block of quantized values, four warps per thread block.
+        let cfg = LaunchConfig {
+            grid_dim: (crate::ops::grid(blocks.max(1), 4), 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: sizes checked above and by `QuantArgs::new`.
+        unsafe { l.launch(cfg) }?;
         Ok(())
     }
 }

@@ -143,7 +143,7 @@ impl CudaRunner {
         let gpu = self.gpu.clone();
         let s = &mut self.s;
         gpu.gather_rows(&s.x, &s.idx, n, d, &mut s.xs)?;
-        gpu.rms_norm(&s.xs, &self.w.norm, d, cfg.norm_eps, n, &mut s.hs)?;
+        gpu.rms_norm(&s.xs, &self.w.norm, d, cfg.norm_eps, n, &mut s.hs, None)?;
         matmul(
             &gpu,
             &self.w.output,

@@ -24,22 +24,19 @@ impl CudaRunner {
         let gpu = self.gpu.clone();
         let mut prof = std::mem::take(&mut self.prof);
         prof.start(&gpu);
-        let n_layers = self.w.layers.len();
-        gpu.rms_norm(
-            &self.s.x,
-            &self.w.layers[0].attn_norm,
-            d,
-            eps,
-            m,
-            &mut self.s.h,
-        )?;
+        // Norms and SwiGLU also quantize their output for the matmul that reads it next (the
+        // tag that matmul will ask for), saving its `actq` launch.
+        let s = &mut self.s;
+        let first = &self.w.layers[0];
+        let q = s.acts.output_for(first.qkv.first(), self.tag + 1);
+        gpu.rms_norm(&s.x, &first.attn_norm, d, eps, m, &mut s.h, q)?;
         prof.mark(&gpu, "norm");
-        for li in 0..n_layers {
+        for li in 0..self.w.layers.len() {
             // Four matmul inputs per layer: h (q/k/v), att, h (gate/up), act.
             let t = self.tag;
             self.tag += 4;
             let lw = &self.w.layers[li];
-            let next_norm = self.w.layers.get(li + 1).map(|l| &l.attn_norm);
+            let next = self.w.layers.get(li + 1);
             let s = &mut self.s;
             let (kc, vc) = (&mut self.kc[li], &mut self.vc[li]);
             let (rd, style) = (cfg.rope_dim, cfg.rope_style);
@@ -59,10 +56,10 @@ impl CudaRunner {
                             gpu.add_bias(x, b, m, n)?;
                         }
                     }
-                    gpu.rms_norm(&s.q, qn, hd, eps, m * cfg.n_heads, &mut s.tmp)?;
+                    gpu.rms_norm(&s.q, qn, hd, eps, m * cfg.n_heads, &mut s.tmp, None)?;
                     gpu.stream
                         .memcpy_dtod(&s.tmp.slice(0..m * qd), &mut s.q.slice_mut(0..m * qd))?;
-                    gpu.rms_norm(&s.k, kn, hd, eps, m * cfg.n_kv_heads, &mut s.tmp)?;
+                    gpu.rms_norm(&s.k, kn, hd, eps, m * cfg.n_kv_heads, &mut s.tmp, None)?;
                     gpu.stream
                         .memcpy_dtod(&s.tmp.slice(0..m * kvd), &mut s.k.slice_mut(0..m * kvd))?;
                     let nh = (cfg.n_heads, cfg.n_kv_heads);
@@ -132,14 +129,16 @@ impl CudaRunner {
             prof.mark(&gpu, "attn");
             matmul(&gpu, &lw.wo, &s.att, t + 2, m, &mut s.acts, &mut s.o)?;
             prof.mark(&gpu, "wo");
-            gpu.add_rms_norm(&mut s.x, &s.o, &lw.ffn_norm, d, eps, m, &mut s.h)?;
+            let q = s.acts.output_for(lw.gate_up.first(), t + 3);
+            gpu.add_rms_norm(&mut s.x, &s.o, &lw.ffn_norm, d, eps, m, &mut s.h, q)?;
             prof.mark(&gpu, "add_norm");
 
             match &lw.gate_up {
                 Group::Fused(w) => {
                     matmul(&gpu, w, &s.h, t + 3, m, &mut s.acts, &mut s.gu)?;
                     prof.mark(&gpu, "gate_up");
-                    gpu.swiglu_fused(&s.gu, f, m, &mut s.act)?;
+                    let q = s.acts.output_for(&lw.w_down, t + 4);
+                    gpu.swiglu_fused(&s.gu, f, m, &mut s.act, q)?;
                 }
                 Group::Split(ws) => {
                     matmul(&gpu, &ws[0], &s.h, t + 3, m, &mut s.acts, &mut s.gate)?;
@@ -151,8 +150,12 @@ impl CudaRunner {
             prof.mark(&gpu, "swiglu");
             matmul(&gpu, &lw.w_down, &s.act, t + 4, m, &mut s.acts, &mut s.o)?;
             prof.mark(&gpu, "down");
-            match next_norm {
-                Some(w) => gpu.add_rms_norm(&mut s.x, &s.o, w, d, eps, m, &mut s.h)?,
+            match next {
+                Some(nl) => {
+                    // The next layer's q/k/v matmul asks for tag t + 4 + 1.
+                    let q = s.acts.output_for(nl.qkv.first(), t + 5);
+                    gpu.add_rms_norm(&mut s.x, &s.o, &nl.attn_norm, d, eps, m, &mut s.h, q)?
+                }
                 None => gpu.add_into(&mut s.x, &s.o, m * d)?,
             }
             prof.mark(&gpu, "add_norm");

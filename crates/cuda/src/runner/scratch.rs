@@ -23,6 +23,19 @@ pub struct ActCache {
     tag256: u64,
 }
 
+impl ActCache {
+    /// The buffer a kernel quantizing its output for a matmul of `w` (tagged `tag`) writes into,
+    /// marked as holding that input; `None` when `w` takes float activations.
+    pub fn output_for(&mut self, w: &DevMatrix, tag: u64) -> Option<&mut DevAct> {
+        let (act, held) = match act_block(w.dtype)? {
+            ActBlock::B32 => (&mut self.a32, &mut self.tag32),
+            ActBlock::B256 => (&mut self.a256, &mut self.tag256),
+        };
+        *held = tag;
+        Some(act)
+    }
+}
+
 pub struct Scratch {
     pub cap: usize,
     pub x: CudaSlice<f32>,

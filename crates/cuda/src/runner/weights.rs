@@ -28,6 +28,16 @@ pub enum Group {
     Split(Vec<DevMatrix>),
 }
 
+impl Group {
+    /// The first matrix (the one whose input quantization the others share).
+    pub fn first(&self) -> &DevMatrix {
+        match self {
+            Group::Fused(m) => m,
+            Group::Split(ms) => &ms[0],
+        }
+    }
+}
+
 pub struct DevLayer {
     pub attn_norm: CudaSlice<f32>,
     /// wq, wk, wv.
