@@ -131,7 +131,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         bail!("--rows: each count must be in 1..=512");
     }
     let cache = global.cache_dir().join("cuda");
-    let gpu = Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?;
+    let mut gpu = Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?;
     println!(
         "gpu: {} (sm_{}{}); kernels {} in {:.1} ms ({} bytes){}",
         gpu.name,
@@ -346,6 +346,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     }
 
     crate::gpu_check_fused::run(&gpu, level, &args.rows, args.seed, &mut table)?;
+    crate::gpu_check_attn::run(&mut gpu, level, &pool, args.seed, &mut table)?;
 
     // RoPE: Qwen2.5-1.5B's q heads, random positions below 4096, both pair styles.
     for style in [RopeStyle::Neox, RopeStyle::Interleaved] {

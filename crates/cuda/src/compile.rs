@@ -24,6 +24,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("swiglu.cu", include_str!("../kernels/swiglu.cu")),
     ("rope.cu", include_str!("../kernels/rope.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
+    (
+        "attention_tile.cu",
+        include_str!("../kernels/attention_tile.cu"),
+    ),
     ("rows.cu", include_str!("../kernels/rows.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),
 ];

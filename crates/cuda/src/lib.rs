@@ -65,6 +65,9 @@ pub struct Gpu {
     /// Q4_K and Q6_K matmuls on tensor cores (`TENSORFOLD_CUDA_MMA`, default on; `0` keeps
     /// the dp4a tile kernels for Q4_K and Q6_K in the GGUF layout).
     pub mma: bool,
+    /// Attention in tiles of rows sharing each staged key chunk (`TENSORFOLD_CUDA_ATT_TILE`,
+    /// default on; `0` keeps one block per row).
+    pub att_tile: bool,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
@@ -130,6 +133,7 @@ impl Gpu {
             program,
             matmul_form: ops::MatmulForm::from_env(),
             mma: !std::env::var("TENSORFOLD_CUDA_MMA").is_ok_and(|v| v == "0"),
+            att_tile: !std::env::var("TENSORFOLD_CUDA_ATT_TILE").is_ok_and(|v| v == "0"),
             functions: Mutex::new(HashMap::new()),
         })
     }

@@ -1,6 +1,7 @@
 //! Host wrappers of the forward pass's row bookkeeping and attention kernels
 //! (`kernels/rows.cu`, `kernels/attention.cu`).
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 
 use crate::ops::{DevAct, QuantArgs};
@@ -12,6 +13,19 @@ pub const MAX_GROUP: usize = 16;
 pub const MAX_HEAD_DIM: usize = 256;
 /// Query values per KV head (group size x head dimension) the attention kernel holds at most.
 pub const MAX_GROUP_VALUES: usize = 2048;
+
+/// Query heads (rows x group) one block of the tiled kernel holds, and its threads
+/// (`attention_tile.cu`).
+const TILE_QH: usize = 32;
+const TILE_THREADS: u32 = 128;
+
+/// Shared memory of the tiled kernel for head dimension `hd` (`TileSmem`): queries and keys
+/// in padded rows, values, exponentials, five per-head arrays, then the int bookkeeping.
+fn tile_smem(hd: usize) -> usize {
+    let floats = 2 * TILE_QH * (hd + 4) + 32 * hd + TILE_QH * 40 + 5 * TILE_QH;
+    let ints = 3 * 32 + 3;
+    (4 * (floats + ints)).next_multiple_of(16)
+}
 
 /// The shape of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +78,14 @@ impl AttnDims {
 }
 
 impl Gpu {
+    /// Blocks per KV head of the tiled attention kernel for this shape, or `None` where it
+    /// does not apply (head dimensions other than 64 and 128, or `TENSORFOLD_CUDA_ATT_TILE=0`).
+    pub fn attention_tiles(&self, dims: &AttnDims) -> Option<usize> {
+        let g = dims.n_heads / dims.n_kv_heads.max(1);
+        (self.att_tile && matches!(dims.head_dim, 64 | 128) && (1..=TILE_QH).contains(&g))
+            .then(|| dims.rows.div_ceil(TILE_QH / g))
+    }
+
     /// Attention of `dims.rows` query rows over one layer's paged cache (`keys`), in the
     /// canonical key-chunk order of `tf_kernels::attention`. With `split`,
     /// the same bits for few rows: `splits` blocks per (row, KV head) compute one chunk each in
@@ -97,39 +119,82 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let f = self.function(if split.is_some() {
-            "attention_split"
-        } else {
-            "attention"
-        })?;
         let (h, kvh, hd) = (n_heads as i32, n_kv_heads as i32, head_dim as i32);
-        let mut l = self.stream.launch_builder(&f);
-        l.arg(q)
-            .arg(keys.kc)
-            .arg(keys.vc)
-            .arg(keys.meta)
-            .arg(keys.tables)
-            .arg(keys.remaps)
-            .arg(&h)
-            .arg(&kvh)
-            .arg(&hd)
-            .arg(&scale);
-        let blocks = |z: usize, heads: usize| LaunchConfig {
-            grid_dim: (rows as u32, heads as u32, z.max(1) as u32),
-            block_dim: (head_dim as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let Some(sp) = split else {
-            l.arg(out);
+        let mc = split.as_ref().map_or(0, |sp| sp.max_chunks as i32);
+        let z = split.as_ref().map_or(1, |sp| sp.splits.max(1)) as u32;
+        if let Some(tiles) = self.attention_tiles(&dims) {
+            let f = self.function(if head_dim == 128 {
+                "attention_tile_128"
+            } else {
+                "attention_tile_64"
+            })?;
+            let smem = tile_smem(head_dim);
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )?;
+            let n = rows as i32;
+            let mut l = self.stream.launch_builder(&f);
+            l.arg(q)
+                .arg(keys.kc)
+                .arg(keys.vc)
+                .arg(keys.meta)
+                .arg(keys.tables)
+                .arg(keys.remaps)
+                .arg(&n)
+                .arg(&h)
+                .arg(&kvh)
+                .arg(&scale)
+                .arg(&mut *out)
+                .arg(&mc);
+            let null = 0u64;
+            match &split {
+                Some(sp) => l.arg(&*sp.part_ml).arg(&*sp.part_o),
+                None => l.arg(&null).arg(&null),
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (tiles as u32, kvh as u32, z),
+                block_dim: (TILE_THREADS, 1, 1),
+                shared_mem_bytes: smem as u32,
+            };
+            // SAFETY: argument types match the kernel (null partials select the one-pass
+            // form); the metadata covers every position read (checked on the host); the
+            // kernel traps if its shared memory is short.
+            unsafe { l.launch(cfg) }?;
+        } else {
+            let f = self.function(if split.is_some() {
+                "attention_split"
+            } else {
+                "attention"
+            })?;
+            let mut l = self.stream.launch_builder(&f);
+            l.arg(q)
+                .arg(keys.kc)
+                .arg(keys.vc)
+                .arg(keys.meta)
+                .arg(keys.tables)
+                .arg(keys.remaps)
+                .arg(&h)
+                .arg(&kvh)
+                .arg(&hd)
+                .arg(&scale);
+            match &split {
+                Some(sp) => l.arg(&mc).arg(&*sp.part_ml).arg(&*sp.part_o),
+                None => l.arg(&mut *out),
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, n_kv_heads as u32, z),
+                block_dim: (head_dim as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: argument types match the kernel; the metadata was built by the caller
-            // from block tables that cover every position read (checked on the host).
-            unsafe { l.launch(blocks(1, n_kv_heads)) }?;
+            // from block tables that cover every position read (checked on the host); every
+            // row has at most `max_chunks` chunks (the caller checks).
+            unsafe { l.launch(cfg) }?;
+        }
+        let Some(sp) = split else {
             return Ok(());
         };
-        let mc = sp.max_chunks as i32;
-        l.arg(&mc).arg(&mut *sp.part_ml).arg(&mut *sp.part_o);
-        // SAFETY: as above; every row has at most `max_chunks` chunks (the caller checks).
-        unsafe { l.launch(blocks(sp.splits, n_kv_heads)) }?;
         let f = self.function("attention_merge")?;
         let mut l = self.stream.launch_builder(&f);
         l.arg(keys.meta)
@@ -140,7 +205,12 @@ impl Gpu {
             .arg(&*sp.part_o)
             .arg(out);
         // SAFETY: as above.
-        unsafe { l.launch(blocks(1, n_heads)) }?;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, n_heads as u32, 1),
+            block_dim: (head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        unsafe { l.launch(cfg) }?;
         Ok(())
     }
 

@@ -118,10 +118,12 @@ impl CudaRunner {
                 tables: &s.tables,
                 remaps: &s.remaps,
             };
-            // For few rows, about two blocks per multiprocessor over all (row, KV head) pairs.
+            // For few rows, about two blocks per multiprocessor over all (tile or row, KV head)
+            // pairs.
+            let jobs = gpu.attention_tiles(&dims).unwrap_or(m) * cfg.n_kv_heads;
             let split = (m <= SPLIT_ROWS && self.split_ok).then(|| AttnSplit {
                 max_chunks: s.max_chunks,
-                splits: (264 / (m * cfg.n_kv_heads)).clamp(1, s.max_chunks),
+                splits: (264 / jobs).clamp(1, s.max_chunks),
                 part_ml: &mut s.part_ml,
                 part_o: &mut s.part_o,
             });

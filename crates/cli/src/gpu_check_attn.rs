@@ -1,0 +1,216 @@
+//! `gpu-check` of paged attention: the GPU kernels (tiled and one block per row, one pass and
+//! split with the merge) against `tf_kernels::attention` on the CPU, bitwise, for calls that
+//! mix sequences, tree rows with remapped positions and partial key chunks; and their time for
+//! a 512-row prefill call over 2048 keys.
+
+use anyhow::Result;
+use tf_core::BlockId;
+use tf_cuda::rowops::{AttnDims, AttnKeys, AttnSplit};
+use tf_cuda::Gpu;
+use tf_kernels::attention::{self, AttnShape, KeyRemap, RowKeys, KEY_CHUNK};
+use tf_kernels::kv::{KvLayer, BLOCK_SIZE};
+use tf_kernels::pool::ThreadPool;
+use tf_kernels::SimdLevel;
+
+use crate::gpu_check_ops::{activations, bits_equal, time, Row};
+
+/// (query heads, KV heads, head dimension): Qwen2.5 1.5B, 7B and 0.5B, SmolLM2-135M.
+const SHAPES: [(usize, usize, usize); 4] = [(12, 2, 128), (28, 4, 128), (14, 2, 64), (9, 3, 64)];
+
+/// One test row: sequence, position, optional remap (base, slots).
+struct TestRow {
+    seq: usize,
+    pos: usize,
+    remap: Option<(usize, Vec<usize>)>,
+}
+
+fn span(seq: usize, from: usize, to: usize) -> impl Iterator<Item = TestRow> {
+    (from..to).map(move |pos| TestRow {
+        seq,
+        pos,
+        remap: None,
+    })
+}
+
+/// Tree rows of sequence 0 (330 keys written): positions 328.. read from spare slots 331..335.
+fn tree_rows() -> Vec<TestRow> {
+    vec![
+        TestRow {
+            seq: 0,
+            pos: 328,
+            remap: Some((328, vec![333])),
+        },
+        TestRow {
+            seq: 0,
+            pos: 329,
+            remap: Some((328, vec![333, 331])),
+        },
+        TestRow {
+            seq: 0,
+            pos: 330,
+            remap: Some((328, vec![333, 334, 335])),
+        },
+    ]
+}
+
+pub fn run(
+    gpu: &mut Gpu,
+    level: SimdLevel,
+    pool: &ThreadPool,
+    seed: u64,
+    table: &mut Vec<Row>,
+) -> Result<()> {
+    // Sequences: 0 with 336 slots (330 positions + spare slots for tree rows), 1 with 48, 2
+    // with 2048; block tables interleaved over the cache.
+    let lens = [336usize, 48, 2048];
+    let n_blocks: usize = lens.iter().map(|l| l / BLOCK_SIZE).sum();
+    let mut tables: Vec<Vec<BlockId>> = vec![Vec::new(); 3];
+    let mut next = 0;
+    while tables
+        .iter()
+        .zip(lens)
+        .any(|(t, l)| t.len() < l / BLOCK_SIZE)
+    {
+        for (t, l) in tables.iter_mut().zip(lens) {
+            if t.len() < l / BLOCK_SIZE {
+                t.push(((next * 7) % n_blocks) as BlockId);
+                next += 1;
+            }
+        }
+    }
+    let cases: Vec<(&str, Vec<TestRow>)> = vec![
+        (
+            "mixed",
+            span(0, 250, 330)
+                .chain(span(1, 0, 40))
+                .chain(tree_rows())
+                .collect(),
+        ),
+        (
+            "verify",
+            span(0, 318, 330)
+                .chain(span(1, 36, 40))
+                .chain(tree_rows())
+                .collect(),
+        ),
+        ("decode", span(0, 329, 330).collect()),
+        ("prefill 2k", span(2, 1536, 2048).collect()),
+    ];
+    for (h, kvh, hd) in SHAPES {
+        let kv_dim = kvh * hd;
+        let slots = n_blocks * BLOCK_SIZE;
+        let k = activations(slots, kv_dim, seed ^ 0xA0 ^ hd as u64);
+        let v = activations(slots, kv_dim, seed ^ 0xB0 ^ hd as u64);
+        let (dk, dv) = (gpu.upload(&k)?, gpu.upload(&v)?);
+        let flat: Vec<i32> = tables.iter().flatten().map(|&b| b as i32).collect();
+        let toff = [0, lens[0] / BLOCK_SIZE, (lens[0] + lens[1]) / BLOCK_SIZE];
+        let dtables = gpu.upload(&flat)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (name, rows) in &cases {
+            let m = rows.len();
+            let qd = h * hd;
+            // Every fifth row is scaled up so that some exponentials reach their cut-off.
+            let mut q = activations(m, qd, seed ^ 0xC0 ^ m as u64);
+            for (r, row) in q.chunks_mut(qd).enumerate() {
+                if r % 5 == 0 {
+                    row.iter_mut().for_each(|x| *x *= 8.0);
+                }
+            }
+            let keys: Vec<RowKeys> = rows
+                .iter()
+                .map(|r| RowKeys {
+                    table: &tables[r.seq],
+                    n_keys: r.pos + 1,
+                    remap: r.remap.as_ref().map(|(base, s)| KeyRemap {
+                        base: *base,
+                        slots: s,
+                    }),
+                })
+                .collect();
+            let shape = AttnShape {
+                n_heads: h,
+                n_kv_heads: kvh,
+                head_dim: hd,
+                scale,
+            };
+            let mut want = vec![0f32; m * qd];
+            let kv = KvLayer {
+                k: &k,
+                v: &v,
+                kv_dim,
+            };
+            attention::attention(pool, level, &shape, &q, &keys, kv, &mut want);
+
+            let (mut meta, mut remaps) = (Vec::new(), Vec::new());
+            for r in rows {
+                let (base, roff) = match &r.remap {
+                    Some((base, s)) => {
+                        let o = remaps.len() as i32;
+                        remaps.extend(s.iter().map(|&x| x as i32));
+                        (*base as i32, o)
+                    }
+                    None => (-1, 0),
+                };
+                meta.extend([toff[r.seq] as i32, r.pos as i32 + 1, base, roff]);
+            }
+            remaps.push(0);
+            let (dq, dmeta, dremaps) = (gpu.upload(&q)?, gpu.upload(&meta)?, gpu.upload(&remaps)?);
+            let dkeys = AttnKeys {
+                kc: &dk,
+                vc: &dv,
+                meta: &dmeta,
+                tables: &dtables,
+                remaps: &dremaps,
+            };
+            let dims = AttnDims {
+                rows: m,
+                n_heads: h,
+                n_kv_heads: kvh,
+                head_dim: hd,
+                scale,
+            };
+            let max_keys = rows.iter().map(|r| r.pos + 1).max().unwrap_or(1);
+            let max_chunks = max_keys.div_ceil(KEY_CHUNK);
+            let mut part_ml = gpu.zeros::<f32>(2 * m * h * max_chunks)?;
+            let mut part_o = gpu.zeros::<f32>(m * h * max_chunks * hd)?;
+            let mut out = gpu.zeros::<f32>(m * qd)?;
+            for tiled in [true, false] {
+                gpu.att_tile = tiled;
+                for split in [false, true] {
+                    if split && m > 64 {
+                        continue;
+                    }
+                    let jobs = gpu.attention_tiles(&dims).unwrap_or(m) * kvh;
+                    let mut launch = || -> Result<()> {
+                        let sp = split.then(|| AttnSplit {
+                            max_chunks,
+                            splits: (264 / jobs).clamp(1, max_chunks),
+                            part_ml: &mut part_ml,
+                            part_o: &mut part_o,
+                        });
+                        Ok(gpu.attention(dims, &dq, &dkeys, sp, &mut out)?)
+                    };
+                    launch()?;
+                    let micros = time(gpu, &mut launch)?;
+                    let got = gpu.download(&out)?;
+                    let (eq, md) = bits_equal(&got, &want);
+                    table.push(Row {
+                        op: format!(
+                            "attention {}{}",
+                            if tiled { "tile" } else { "row" },
+                            if split { " split" } else { "" }
+                        ),
+                        ty: format!("{name} {h}/{kvh}x{hd}"),
+                        rows: m,
+                        equal: eq,
+                        total: m * qd,
+                        max_diff: md,
+                        micros,
+                    });
+                }
+            }
+            gpu.att_tile = true;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,387 @@
+// Tiled attention: the canonical key-chunk order of `attention.cu`, computed for a tile of rows
+// at once. One block of TILE_THREADS threads per (tile of rows, KV head[, split]); a tile is
+// the TILE_QH / group consecutive rows whose query heads (rows x group, at most TILE_QH) share
+// each staged chunk of keys and values. Every (row, head) still gets exactly its own
+// operations:
+//   scores: the canonical dot (lane l = elements l, l + 16, ... by ascending FMAs, then the
+//     tree fold 8, 4, 2, 1) times scale, one thread per score with no shuffles: keys are stored
+//     lane-major (element l + 16j at l * HD/16 + j), so a lane's values are contiguous, and the
+//     fold is done in the tree's own order as the lanes complete;
+//   chunk max (order-free), e = canon_exp(s - m), the chunk sum in ascending key order (one
+//     thread per head), value sums oc[d] = fma(e, v[d], oc[d]) in ascending key order;
+//   the merge of attention.cu, chunk by chunk from chunk 0; finally o / L.
+// Rows of a tile that read different keys (other sequences, other tree remaps) are taken in
+// separate passes, each pass the rows sharing the first unfinished row's keys. With `part_o`,
+// block z computes chunks z, z + splits, ... into the partials of `attention_merge`.
+
+#define TILE_QH 32
+#define TILE_THREADS 128
+#define TILE_ES 40
+
+template <int HD>
+struct TileSmem {
+    float q[TILE_QH * (HD + 4)];   // query heads, lane-major, padded rows
+    float k[KEY_CHUNK * (HD + 4)];  // the chunk's keys, lane-major, padded rows
+    float v[KEY_CHUNK * HD];        // the chunk's values
+    float e[TILE_QH * TILE_ES];     // exp(s - m) per head and key
+    float cm[TILE_QH];              // chunk max per head
+    float fa[TILE_QH];              // merge factors of the chunk
+    float fb[TILE_QH];
+    float bl[TILE_QH];              // final sums
+    int fl[TILE_QH];                // 0: no keys in the chunk, 1: first chunk, 2: merge
+    int slots[KEY_CHUNK];
+    int nk[32];                     // keys of each tile row in this pass (0: not in it)
+    int np[32];                     // keys of each tile row in the current chunk
+    int npt, full, maxk;
+};
+
+// Where lane-major storage puts element i of a head vector.
+template <int HD>
+__device__ __forceinline__ int tile_perm(int i) {
+    return (i & 15) * (HD / 16) + (i >> 4);
+}
+
+// Lane l's partial dots of heads qg + 16v and keys kg + 8u.
+template <int HD>
+__device__ __forceinline__ void tile_lane(const TileSmem<HD>& sm, int l, int qg, int kg,
+                                          float (&p)[2][4]) {
+    constexpr int W = HD / 16;
+#pragma unroll
+    for (int v = 0; v < 2; v++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) p[v][u] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < W; j += 4) {
+        float4 a[2], b[4];
+#pragma unroll
+        for (int v = 0; v < 2; v++)
+            a[v] = *reinterpret_cast<const float4*>(sm.q + (qg + 16 * v) * (HD + 4) + l * W + j);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            b[u] = *reinterpret_cast<const float4*>(sm.k + (kg + 8 * u) * (HD + 4) + l * W + j);
+#pragma unroll
+        for (int v = 0; v < 2; v++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                p[v][u] = fmaf(a[v].x, b[u].x, p[v][u]);
+                p[v][u] = fmaf(a[v].y, b[u].y, p[v][u]);
+                p[v][u] = fmaf(a[v].z, b[u].z, p[v][u]);
+                p[v][u] = fmaf(a[v].w, b[u].w, p[v][u]);
+            }
+    }
+}
+
+__device__ __forceinline__ void tile_add(float (&d)[2][4], const float (&a)[2][4],
+                                         const float (&b)[2][4]) {
+#pragma unroll
+    for (int v = 0; v < 2; v++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) d[v][u] = __fadd_rn(a[v][u], b[v][u]);
+}
+
+// The canonical dots of 2 heads x 4 keys: a_l = p_l + p_{l+8}, b_l = a_l + a_{l+4},
+// c_l = b_l + b_{l+2}, d = c_0 + c_1, evaluated as the lanes complete.
+template <int HD>
+__device__ __forceinline__ void tile_dots(const TileSmem<HD>& sm, int qg, int kg,
+                                          float (&d)[2][4]) {
+    float x[2][4], y[2][4], a[2][4], b[2][4];
+    tile_lane(sm, 0, qg, kg, x);
+    tile_lane(sm, 8, qg, kg, y);
+    tile_add(a, x, y);  // a0
+    tile_lane(sm, 4, qg, kg, x);
+    tile_lane(sm, 12, qg, kg, y);
+    tile_add(x, x, y);  // a4
+    tile_add(b, a, x);  // b0
+    tile_lane(sm, 2, qg, kg, x);
+    tile_lane(sm, 10, qg, kg, y);
+    tile_add(a, x, y);  // a2
+    tile_lane(sm, 6, qg, kg, x);
+    tile_lane(sm, 14, qg, kg, y);
+    tile_add(x, x, y);  // a6
+    tile_add(a, a, x);  // b2
+    tile_add(d, b, a);  // c0
+    tile_lane(sm, 1, qg, kg, x);
+    tile_lane(sm, 9, qg, kg, y);
+    tile_add(a, x, y);  // a1
+    tile_lane(sm, 5, qg, kg, x);
+    tile_lane(sm, 13, qg, kg, y);
+    tile_add(x, x, y);  // a5
+    tile_add(b, a, x);  // b1
+    tile_lane(sm, 3, qg, kg, x);
+    tile_lane(sm, 11, qg, kg, y);
+    tile_add(a, x, y);  // a3
+    tile_lane(sm, 7, qg, kg, x);
+    tile_lane(sm, 15, qg, kg, y);
+    tile_add(x, x, y);  // a7
+    tile_add(a, a, x);  // b3
+    tile_add(b, b, a);  // c1
+    tile_add(d, d, b);  // d = c0 + c1
+}
+
+template <int HD>
+__device__ __forceinline__ void attn_tile(const float* __restrict__ q,
+                                          const float* __restrict__ kc,
+                                          const float* __restrict__ vc, const int* meta,
+                                          const int* tables, const int* remaps, int rows,
+                                          int n_heads, int n_kv_heads, float scale, float* out,
+                                          int max_chunks, float* part_ml, float* part_o) {
+    extern __shared__ __align__(16) unsigned char tile_raw[];
+    TileSmem<HD>& sm = *reinterpret_cast<TileSmem<HD>*>(tile_raw);
+    {
+        unsigned dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < sizeof(TileSmem<HD>)) __trap();
+    }
+    constexpr int DG = HD / 4;                               // float4s of a head vector
+    constexpr int QS = TILE_THREADS / DG;                    // head sets of the value phase
+    constexpr int NV = TILE_QH / QS;                         // heads per value thread
+    constexpr int PER = KEY_CHUNK * DG / TILE_THREADS;      // staged float4s per thread
+    const int t = threadIdx.x, kvh = blockIdx.y;
+    const int G = n_heads / n_kv_heads, R = TILE_QH / G;
+    const int r0 = blockIdx.x * R, nr = min(R, rows - r0);
+    if (nr <= 0) return;
+    const int nq = nr * G;
+    const int qd = n_heads * HD, kv_dim = n_kv_heads * HD;
+    const bool split = part_o != nullptr;
+    const int c_first = split ? (int)blockIdx.z : 0, c_step = split ? (int)gridDim.z : 1;
+    const int kg = t & 7, qg = t >> 3;      // scores: keys kg + 8u, heads qg + 16v
+    const int dg = t % DG, qs = t / DG;     // values: dims 4dg..4dg+3, heads qs + QS*v
+    unsigned done = 0;                      // tile rows finished by earlier passes
+    for (;;) {
+        int lead = 0;
+        while (lead < nr && ((done >> lead) & 1u)) lead++;
+        if (lead >= nr) break;
+        const int* lm = meta + 4 * (r0 + lead);
+        __syncthreads();  // the previous pass is done with the shared arrays
+        if (t < 32) {
+            int nk = 0;
+            if (t < nr && !((done >> t) & 1u)) {
+                const int* m = meta + 4 * (r0 + t);
+                if (m[0] == lm[0] && m[2] == lm[2] && (lm[2] < 0 || m[3] == lm[3])) nk = m[1];
+            }
+            sm.nk[t] = nk;
+            int mk = nk;
+            for (int s = 16; s > 0; s >>= 1) mk = max(mk, __shfl_xor_sync(FULL_MASK, mk, s));
+            if (t == 0) sm.maxk = mk;
+        }
+        __syncthreads();
+        for (int i = t; i < TILE_QH * DG; i += TILE_THREADS) {
+            const int qh = i / DG, c4 = i % DG, row = qh / G;
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (qh < nq && sm.nk[row] > 0)
+                x = *reinterpret_cast<const float4*>(q + (size_t)(r0 + row) * qd +
+                                                     (size_t)(kvh * G + qh % G) * HD + 4 * c4);
+            float* d = sm.q + qh * (HD + 4);
+            d[tile_perm<HD>(4 * c4)] = x.x;
+            d[tile_perm<HD>(4 * c4 + 1)] = x.y;
+            d[tile_perm<HD>(4 * c4 + 2)] = x.z;
+            d[tile_perm<HD>(4 * c4 + 3)] = x.w;
+        }
+        const int maxk = sm.maxk;
+        float bm = NEG_INF, bl = 0.0f;  // merge state of head t (t < TILE_QH)
+        float o[NV][4];
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+#pragma unroll
+            for (int x = 0; x < 4; x++) o[v][x] = 0.0f;
+
+        for (int c = c_first; c * KEY_CHUNK < maxk; c += c_step) {
+            const int c0 = c * KEY_CHUNK, npt = min(KEY_CHUNK, maxk - c0);
+            __syncthreads();  // the previous chunk is done with k, v, e, np
+            if (t < 32) {
+                if (t < npt) sm.slots[t] = attn_slot(lm, tables, remaps, c0 + t);
+                const int np = t < nr ? min(KEY_CHUNK, max(0, sm.nk[t] - c0)) : 0;
+                sm.np[t] = np;
+                const bool odd = np != 0 && np != npt;
+                if (t == 0) sm.npt = npt;
+                const bool full = !__any_sync(FULL_MASK, odd);
+                if (t == 0) sm.full = full;
+            }
+            __syncthreads();
+            {
+                float4 kr[PER], vr[PER];
+#pragma unroll
+                for (int j = 0; j < PER; j++) {
+                    const int i = t + j * TILE_THREADS, p = i / DG, c4 = i % DG;
+                    if (p < npt) {
+                        const size_t at = (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4;
+                        kr[j] = __ldg(reinterpret_cast<const float4*>(kc + at));
+                        vr[j] = __ldg(reinterpret_cast<const float4*>(vc + at));
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < PER; j++) {
+                    const int i = t + j * TILE_THREADS, p = i / DG, c4 = i % DG;
+                    if (p < npt) {
+                        *reinterpret_cast<float4*>(sm.v + p * HD + 4 * c4) = vr[j];
+                        float* d = sm.k + p * (HD + 4);
+                        d[tile_perm<HD>(4 * c4)] = kr[j].x;
+                        d[tile_perm<HD>(4 * c4 + 1)] = kr[j].y;
+                        d[tile_perm<HD>(4 * c4 + 2)] = kr[j].z;
+                        d[tile_perm<HD>(4 * c4 + 3)] = kr[j].w;
+                    }
+                }
+            }
+            __syncthreads();
+
+            // Scores, chunk max and exponentials.
+            {
+                float s[2][4];
+                tile_dots(sm, qg, kg, s);
+#pragma unroll
+                for (int v = 0; v < 2; v++) {
+                    const int qh = qg + 16 * v;
+                    const int np = qh < nq ? sm.np[qh / G] : 0;
+                    float mx = NEG_INF;
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        s[v][u] = kg + 8 * u < np ? __fmul_rn(s[v][u], scale) : NEG_INF;
+                        mx = fmaxf(mx, s[v][u]);
+                    }
+                    for (int x = 1; x < 8; x <<= 1)
+                        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, x));
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const int p = kg + 8 * u;
+                        sm.e[qh * TILE_ES + p] =
+                            p < np ? canon_exp(__fsub_rn(s[v][u], mx)) : 0.0f;
+                    }
+                    if (kg == 0) sm.cm[qh] = mx;
+                }
+            }
+            __syncthreads();
+
+            // Chunk sums in ascending key order and the merge factors, one thread per head.
+            if (t < TILE_QH) {
+                const int np = t < nq ? sm.np[t / G] : 0;
+                int fl = 0;
+                if (np > 0) {
+                    float l = 0.0f;
+                    for (int p = 0; p < np; p++) l = __fadd_rn(l, sm.e[t * TILE_ES + p]);
+                    const float cm = sm.cm[t];
+                    if (split) {
+                        const size_t at =
+                            ((size_t)(r0 + t / G) * n_heads + kvh * G + t % G) * max_chunks + c;
+                        part_ml[2 * at] = cm;
+                        part_ml[2 * at + 1] = l;
+                    } else if (c == 0) {
+                        bm = cm;
+                        bl = l;
+                        fl = 1;
+                    } else {
+                        const float nm = fmaxf(bm, cm);
+                        const float a = canon_exp(__fsub_rn(bm, nm));
+                        const float b = canon_exp(__fsub_rn(cm, nm));
+                        bl = __fadd_rn(__fmul_rn(bl, a), __fmul_rn(l, b));
+                        bm = nm;
+                        sm.fa[t] = a;
+                        sm.fb[t] = b;
+                        fl = 2;
+                    }
+                }
+                sm.fl[t] = fl;
+            }
+
+            // Value sums in ascending key order.
+            float oc[NV][4];
+            int npq[NV];
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                const int qh = qs + QS * v;
+                npq[v] = qh < nq ? sm.np[qh / G] : 0;
+#pragma unroll
+                for (int x = 0; x < 4; x++) oc[v][x] = 0.0f;
+            }
+            if (sm.full && npt == KEY_CHUNK) {
+#pragma unroll 2
+                for (int p0 = 0; p0 < KEY_CHUNK; p0 += 4) {
+                    float4 vv[4];
+#pragma unroll
+                    for (int pu = 0; pu < 4; pu++)
+                        vv[pu] = *reinterpret_cast<const float4*>(sm.v + (p0 + pu) * HD + 4 * dg);
+#pragma unroll
+                    for (int v = 0; v < NV; v++) {
+                        const float4 e4 = *reinterpret_cast<const float4*>(
+                            sm.e + (qs + QS * v) * TILE_ES + p0);
+                        const float ev[4] = {e4.x, e4.y, e4.z, e4.w};
+#pragma unroll
+                        for (int pu = 0; pu < 4; pu++) {
+                            oc[v][0] = fmaf(ev[pu], vv[pu].x, oc[v][0]);
+                            oc[v][1] = fmaf(ev[pu], vv[pu].y, oc[v][1]);
+                            oc[v][2] = fmaf(ev[pu], vv[pu].z, oc[v][2]);
+                            oc[v][3] = fmaf(ev[pu], vv[pu].w, oc[v][3]);
+                        }
+                    }
+                }
+            } else {
+                for (int p = 0; p < npt; p++) {
+                    const float4 vv = *reinterpret_cast<const float4*>(sm.v + p * HD + 4 * dg);
+#pragma unroll
+                    for (int v = 0; v < NV; v++) {
+                        if (p < npq[v]) {
+                            const float ev = sm.e[(qs + QS * v) * TILE_ES + p];
+                            oc[v][0] = fmaf(ev, vv.x, oc[v][0]);
+                            oc[v][1] = fmaf(ev, vv.y, oc[v][1]);
+                            oc[v][2] = fmaf(ev, vv.z, oc[v][2]);
+                            oc[v][3] = fmaf(ev, vv.w, oc[v][3]);
+                        }
+                    }
+                }
+            }
+            __syncthreads();  // fl, fa, fb are written
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                const int qh = qs + QS * v;
+                if (npq[v] == 0) continue;
+                if (split) {
+                    const size_t at =
+                        ((size_t)(r0 + qh / G) * n_heads + kvh * G + qh % G) * max_chunks + c;
+                    *reinterpret_cast<float4*>(part_o + at * HD + 4 * dg) =
+                        make_float4(oc[v][0], oc[v][1], oc[v][2], oc[v][3]);
+                    continue;
+                }
+                const int fl = sm.fl[qh];
+                if (fl == 1) {
+#pragma unroll
+                    for (int x = 0; x < 4; x++) o[v][x] = oc[v][x];
+                } else {
+                    const float a = sm.fa[qh], b = sm.fb[qh];
+#pragma unroll
+                    for (int x = 0; x < 4; x++)
+                        o[v][x] = __fadd_rn(__fmul_rn(o[v][x], a), __fmul_rn(oc[v][x], b));
+                }
+            }
+        }
+
+        if (!split) {
+            if (t < TILE_QH) sm.bl[t] = bl;
+            __syncthreads();
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                const int qh = qs + QS * v;
+                if (qh >= nq || sm.nk[qh / G] == 0) continue;
+                const float L = sm.bl[qh];
+                float r[4];
+#pragma unroll
+                for (int x = 0; x < 4; x++) r[x] = L > 0.0f ? __fdiv_rn(o[v][x], L) : o[v][x];
+                *reinterpret_cast<float4*>(out + (size_t)(r0 + qh / G) * qd +
+                                           (size_t)(kvh * G + qh % G) * HD + 4 * dg) =
+                    make_float4(r[0], r[1], r[2], r[3]);
+            }
+        }
+        for (int r = 0; r < nr; r++)
+            if (sm.nk[r] > 0) done |= 1u << r;
+    }
+}
+
+#define ATTN_TILE_KERNEL(name, hd)                                                             \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS)                                 \
+        name(const float* q, const float* kc, const float* vc, const int* meta,                \
+             const int* tables, const int* remaps, int rows, int n_heads, int n_kv_heads,      \
+             float scale, float* out, int max_chunks, float* part_ml, float* part_o) {         \
+        attn_tile<hd>(q, kc, vc, meta, tables, remaps, rows, n_heads, n_kv_heads, scale, out,  \
+                      max_chunks, part_ml, part_o);                                            \
+    }
+
+ATTN_TILE_KERNEL(attention_tile_128, 128)
+ATTN_TILE_KERNEL(attention_tile_64, 64)
