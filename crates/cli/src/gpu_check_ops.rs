@@ -265,7 +265,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
                     op: match kernel {
                         Kernel::Form(MatmulForm::Tile) => "matmul tile".into(),
                         Kernel::TileInterleaved => "matmul interleaved".into(),
-                        Kernel::Mma(c) => format!("matmul mma {}/{}/{}", c.nt, c.s, c.rw),
+                        Kernel::Mma(c) => format!("matmul mma {}", c.suffix()),
                         _ => "matmul".into(),
                     },
                     ty: format!("{dtype} {N}x{K}"),
@@ -450,7 +450,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
                     go()?;
                     let micros = time(gpu, go)?;
                     let name = match cfg {
-                        Some(c) => format!("{}/{}/{}", c.nt, c.s, c.rw),
+                        Some(c) => c.suffix(),
                         None => "auto".into(),
                     };
                     println!(

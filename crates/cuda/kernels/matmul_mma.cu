@@ -61,6 +61,7 @@ __device__ __forceinline__ void load_sums(const i16* s, int (&v)[16]) {
 // bytes 8(t % 2) .. of word 1 + 2j + t / 2.
 struct MmaQ4K {
     static const int TB = 9 * 512;  // bytes per (tile, block)
+    static const int XPAD = 288;    // staged activation row stride: conflict-free 8-byte loads
     static const int SHAPE = 1;
     uint2 q[2][4];
     uint4 w0[2];
@@ -140,6 +141,7 @@ struct MmaQ4K {
 // m16n8k16 mma per group (its own scale); lane t takes the group's values 4t .. 4t + 4.
 struct MmaQ6K {
     static const int TB = 13 * 512 + 64;
+    static const int XPAD = 272;  // staged activation row stride: conflict-free 4-byte loads
     static const int SHAPE = 0;
     u32 ql[2][8], qh[2][4];
     uint4 sc[2];
@@ -317,6 +319,116 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
     }
 }
 
+// Staged form for many rows: a thread block of CW x RW warps covers 16 CW columns and 8 NT RW
+// rows; warp (cw, rw) takes 16 columns and 8 NT rows. Each block of k's activations (int8
+// values, sums, scale) is staged once in shared memory for all the block's warps, loaded into
+// registers during the previous block's mmas; each warp's weights are prefetched as above.
+// The per-(row, column) chains are the S = 1 chains, in registers.
+template <class D, int NT, int CW, int RW>
+__device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, const i8* xq,
+                                                  const float* xd, const i16* xs, int rows,
+                                                  float* out) {
+    constexpr int RB = 8 * NT * RW;                  // rows per thread block
+    constexpr int TH = 32 * CW * RW;
+    constexpr int XV = RB * 16 / TH;                 // 16-byte activation loads per thread
+    constexpr int SV = (2 * RB + TH - 1) / TH;      // 16-byte sum loads per thread
+    constexpr int DV = (RB + TH - 1) / TH;          // scales per thread
+    static_assert(RB * 16 % TH == 0, "staging split");
+    __shared__ __align__(16) i8 s_x[RB * D::XPAD];
+    __shared__ __align__(16) i16 s_s[RB * 16];
+    __shared__ float s_d[RB];
+    const int nb = k / 256, nsr = k / 16;
+    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
+    const int gid = lane / 4, t = lane % 4;
+    const int cw = wp % CW, rw = wp / CW;
+    const int col0 = (blockIdx.y * CW + cw) * 16;
+    const bool live = col0 < n;
+    const int tile = col0 / 32, ca = col0 % 32 + gid;
+    const int rb0 = blockIdx.x * RB;
+    const u8* wt = w + (size_t)tile * nb * D::TB;
+
+    float acc[NT][4];
+#pragma unroll
+    for (int a = 0; a < NT; a++)
+#pragma unroll
+        for (int p = 0; p < 4; p++) acc[a][p] = 0.0f;
+
+    // Staging: thread i loads 16-byte pieces i, i + TH, ... of the block's RB x 256 values,
+    // of its 2 RB half-rows of 16 sums, and of its RB scales.
+    uint4 px[XV], ps[SV];
+    float pd[DV];
+    auto fetch = [&](int b) {
+#pragma unroll
+        for (int j = 0; j < XV; j++) {
+            const int i = threadIdx.x + j * TH, r = i / 16, c = i % 16;
+            px[j] = rb0 + r < rows
+                        ? *(const uint4*)(xq + (size_t)(rb0 + r) * k + (size_t)b * 256 + 16 * c)
+                        : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < SV; j++) {
+            const int i = threadIdx.x + j * TH, r = i / 2, h = i % 2;
+            ps[j] = i < 2 * RB && rb0 + r < rows
+                        ? *(const uint4*)(xs + (size_t)(rb0 + r) * nsr + 16 * b + 8 * h)
+                        : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < DV; j++) {
+            const int r = threadIdx.x + j * TH;
+            pd[j] = r < RB && rb0 + r < rows ? xd[(size_t)(rb0 + r) * nb + b] : 0.0f;
+        }
+    };
+    fetch(0);
+    D cur, nxt;
+    if (live) cur.load(wt, ca, t);
+    for (int b = 0; b < nb; b++) {
+        __syncthreads();  // every warp is done with block b - 1's staged activations
+#pragma unroll
+        for (int j = 0; j < XV; j++) {
+            const int i = threadIdx.x + j * TH, r = i / 16, c = i % 16;
+            *(uint4*)(s_x + r * D::XPAD + 16 * c) = px[j];
+        }
+#pragma unroll
+        for (int j = 0; j < SV; j++) {
+            const int i = threadIdx.x + j * TH;
+            if (i < 2 * RB) *(uint4*)(s_s + 8 * i) = ps[j];
+        }
+#pragma unroll
+        for (int j = 0; j < DV; j++) {
+            const int r = threadIdx.x + j * TH;
+            if (r < RB) s_d[r] = pd[j];
+        }
+        __syncthreads();
+        if (b + 1 < nb) fetch(b + 1);
+        if (!live) continue;
+        if (b + 1 < nb) nxt.load(wt + (size_t)(b + 1) * D::TB, ca, t);
+        const typename D::F f = cur.decode();
+#pragma unroll
+        for (int a = 0; a < NT; a++) {
+            const int lg = rw * 8 * NT + 8 * a + gid, l0 = rw * 8 * NT + 8 * a + 2 * t;
+            int is[4], ms[4];
+            cur.ints(f, s_x + lg * D::XPAD, s_s + l0 * 16, s_s + (l0 + 1) * 16, t, is, ms);
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const int l = l0 + (p & 1);
+                if (rb0 + l < rows)
+                    acc[a][p] = block_step(acc[a][p], D::SHAPE, f.d[p / 2], f.dmin[p / 2],
+                                           s_d[l], is[p], ms[p]);
+            }
+        }
+        cur = nxt;
+    }
+    if (!live) return;
+#pragma unroll
+    for (int a = 0; a < NT; a++)
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int row = rb0 + rw * 8 * NT + 8 * a + 2 * t + (p & 1);
+            const int col = col0 + gid + 8 * (p / 2);
+            if (row < rows && col < n) out[(size_t)row * n + col] = acc[a][p];
+        }
+}
+
 // Kernels per type and configuration: name_NT_S_RW, launched with 32 * S * RW threads and a
 // grid of (rows / (8 NT RW), n / 16).
 #define MMA_KERNEL(name, D, NT, S, RW)                                                         \
@@ -335,5 +447,16 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
     MMA_KERNEL(name, D, 8, 2, 1)  \
     MMA_KERNEL(name, D, 8, 1, 4)  \
     MMA_KERNEL(name, D, 4, 1, 4)
-MMA_CONFIGS(mma_q4k, MmaQ4K)
-MMA_CONFIGS(mma_q6k, MmaQ6K)
+// Staged kernels: name_st_NT_CW_RW, 32 * CW * RW threads, a grid of (rows / (8 NT RW),
+// n / (16 CW)).
+#define MMA_STAGED(name, D, NT, CW, RW)                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * CW * RW)                                 \
+        name##_st_##NT##_##CW##_##RW(const u8* w, int n, int k, const i8* xq, const float* xd, \
+                                     const i16* xs, int rows, float* out) {                    \
+        matmul_mma_staged<D, NT, CW, RW>(w, n, k, xq, xd, xs, rows, out);                      \
+    }
+#define MMA_CONFIGS_ALL(name, D) \
+    MMA_CONFIGS(name, D)         \
+    MMA_STAGED(name, D, 4, 4, 2)
+MMA_CONFIGS_ALL(mma_q4k, MmaQ4K)
+MMA_CONFIGS_ALL(mma_q6k, MmaQ6K)

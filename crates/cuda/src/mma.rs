@@ -9,12 +9,14 @@ use crate::ops::{grid, interleaved_len, DevAct};
 use crate::{CudaError, Gpu, Result};
 
 /// One compiled configuration of the mma kernels: 8 `nt` rows per warp tile, `s` warps
-/// splitting the blocks of k, `rw` warps on further row tiles.
+/// splitting the blocks of k, `rw` warps on further row tiles; with `cw` > 1 the staged form
+/// (`matmul_mma_staged`): `cw` x `rw` warps sharing activations staged in shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmaCfg {
     pub nt: usize,
     pub s: usize,
     pub rw: usize,
+    pub cw: usize,
 }
 
 /// Every configuration `matmul_mma.cu` compiles (`MMA_CONFIGS`).
@@ -28,11 +30,25 @@ pub const MMA_CFGS: &[MmaCfg] = &[
     MmaCfg::new(8, 2, 1),
     MmaCfg::new(8, 1, 4),
     MmaCfg::new(4, 1, 4),
+    MmaCfg::staged(4, 4, 2),
 ];
 
 impl MmaCfg {
     pub const fn new(nt: usize, s: usize, rw: usize) -> MmaCfg {
-        MmaCfg { nt, s, rw }
+        MmaCfg { nt, s, rw, cw: 1 }
+    }
+
+    pub const fn staged(nt: usize, cw: usize, rw: usize) -> MmaCfg {
+        MmaCfg { nt, s: 1, rw, cw }
+    }
+
+    /// The kernel's name suffix (after the type's base name).
+    pub fn suffix(&self) -> String {
+        if self.cw > 1 {
+            format!("st_{}_{}_{}", self.nt, self.cw, self.rw)
+        } else {
+            format!("{}_{}_{}", self.nt, self.s, self.rw)
+        }
     }
 
     /// The configuration for a call of `rows` rows of `dtype` (every one gives the same bits;
@@ -41,7 +57,7 @@ impl MmaCfg {
         match (dtype, rows) {
             (DType::Q6K, 0..=8) => MmaCfg::new(1, 8, 1),
             (DType::Q6K, 9..=64) => MmaCfg::new(1, 4, 1),
-            (DType::Q6K, _) => MmaCfg::new(4, 1, 4),
+            (DType::Q6K, _) => MmaCfg::staged(4, 4, 2),
             (_, 0..=8) => MmaCfg::new(1, 4, 1),
             (_, 9..=16) => MmaCfg::new(2, 4, 1),
             (_, 17..=64) => MmaCfg::new(4, 4, 1),
@@ -51,8 +67,8 @@ impl MmaCfg {
 
     fn launch(self, rows: usize, n: usize) -> LaunchConfig {
         LaunchConfig {
-            grid_dim: (grid(rows, 8 * self.nt * self.rw), grid(n, 16), 1),
-            block_dim: ((32 * self.s * self.rw) as u32, 1, 1),
+            grid_dim: (grid(rows, 8 * self.nt * self.rw), grid(n, 16 * self.cw), 1),
+            block_dim: ((32 * self.s * self.rw * self.cw) as u32, 1, 1),
             shared_mem_bytes: 0,
         }
     }
@@ -89,7 +105,7 @@ impl Gpu {
                 "matmul_mma: no kernel for {cfg:?}"
             )));
         }
-        let name = format!("{base}_{}_{}_{}", cfg.nt, cfg.s, cfg.rw);
+        let name = format!("{base}_{}", cfg.suffix());
         // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout.
         unsafe { self.launch_quant(&name, cfg.launch(x.rows, n), w, n, x, out) }
     }
@@ -108,7 +124,11 @@ mod tests {
         }
         let src = include_str!("../kernels/matmul_mma.cu");
         for c in MMA_CFGS {
-            let line = format!("MMA_KERNEL(name, D, {}, {}, {})", c.nt, c.s, c.rw);
+            let line = if c.cw > 1 {
+                format!("MMA_STAGED(name, D, {}, {}, {})", c.nt, c.cw, c.rw)
+            } else {
+                format!("MMA_KERNEL(name, D, {}, {}, {})", c.nt, c.s, c.rw)
+            };
             assert!(src.contains(&line), "{line}");
         }
     }
