@@ -1,9 +1,58 @@
 // RMSNorm (`ops::rms_norm`): ss = canonical dot(x, x) (`canon::dot_ref`: element i into lane
 // i % 16 with one FMA in ascending i, then the tree fold 8, 4, 2, 1), r = 1 / sqrt(ss / n + eps),
-// out = (x * r) * w. One thread block per row: the row is staged in shared memory by all
-// threads, then lanes 0..15 of warp 0 run the canonical chain.
+// out = (x * r) * w. One thread block of RMS_THREADS per row: the row is staged in shared memory
+// by all threads, then lanes 0..15 of warp 0 run the canonical chain. A decode step has one
+// row, so the kernels are written for latency: rows of a multiple of 4 values move as float4,
+// each thread issues all its loads (x, y, w) before using any, and the weights are in
+// registers before the chain ends.
 
 #define RMS_MAX 8192
+#define RMS_THREADS 1024
+#define RMS_V4 (RMS_MAX / 4 / RMS_THREADS)  // float4s per thread at most
+
+// x (+ y) of one row into xs (and written back to xw, which may be x), w's float4s into wv
+// (when n % 4 == 0; otherwise wv is unused). Returns whether the float4 path ran.
+__device__ __forceinline__ bool rms_stage(const float* x, const float* __restrict__ y, float* xw,
+                                          const float* __restrict__ w,
+                                          int n, float* xs, float4 (&wv)[RMS_V4]) {
+    const int t = threadIdx.x;
+    if ((n & 3) == 0) {
+        const int n4 = n / 4;
+        float4 a[RMS_V4], b[RMS_V4];
+#pragma unroll
+        for (int j = 0; j < RMS_V4; j++) {
+            const int i = t + j * RMS_THREADS;
+            if (i < n4) {
+                a[j] = reinterpret_cast<const float4*>(x)[i];
+                if (y) b[j] = reinterpret_cast<const float4*>(y)[i];
+                wv[j] = reinterpret_cast<const float4*>(w)[i];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RMS_V4; j++) {
+            const int i = t + j * RMS_THREADS;
+            if (i < n4) {
+                float4 v = a[j];
+                if (y) {
+                    v.x = __fadd_rn(v.x, b[j].x);
+                    v.y = __fadd_rn(v.y, b[j].y);
+                    v.z = __fadd_rn(v.z, b[j].z);
+                    v.w = __fadd_rn(v.w, b[j].w);
+                }
+                reinterpret_cast<float4*>(xs)[i] = v;
+                if (xw) reinterpret_cast<float4*>(xw)[i] = v;
+            }
+        }
+        return true;
+    }
+    for (int i = t; i < n; i += RMS_THREADS) {
+        float v = x[i];
+        if (y) v = __fadd_rn(v, y[i]);
+        xs[i] = v;
+        if (xw) xw[i] = v;
+    }
+    return false;
+}
 
 // The canonical sum of squares of xs[0..n) (called by all of warp 0; lane 0's value is it).
 __device__ __forceinline__ float rms_chain(const float* xs, int n, int lane) {
@@ -19,24 +68,43 @@ __device__ __forceinline__ float rms_chain(const float* xs, int n, int lane) {
     return acc;
 }
 
-// Normalizes the staged row xs into out (after rms_chain's result is in *r_shared). With Q, the
-// normalized row is also quantized (`actq`'s rules, blocks of `bl`, sums of `sl`) into
+// Normalizes the staged row xs into out (`wv`: w's float4s when `v4`, else w is read). With
+// Q, the normalized row is also quantized (`actq`'s rules, blocks of `bl`, sums of `sl`) into
 // qs / d / sums (this row's part), from the very floats written to out.
 template <bool Q>
-__device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ w, int n,
-                                           float eps, float* r_shared, float* __restrict__ out,
-                                           int bl, int sl, i8* qs, float* d, i16* sums) {
+__device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ w, bool v4,
+                                           const float4 (&wv)[RMS_V4], int n, float eps,
+                                           float* r_shared, float* __restrict__ out, int bl,
+                                           int sl, i8* qs, float* d, i16* sums) {
     const int t = threadIdx.x;
+    __syncthreads();  // the row is staged
     if (t < 32) {
         float ss = rms_chain(xs, n, t);
         if (t == 0) *r_shared = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
     }
     __syncthreads();
     const float r = *r_shared;
-    for (int i = t; i < n; i += blockDim.x) {
-        const float v = __fmul_rn(__fmul_rn(xs[i], r), w[i]);
-        out[i] = v;
-        if (Q) xs[i] = v;
+    if (v4) {
+#pragma unroll
+        for (int j = 0; j < RMS_V4; j++) {
+            const int i = t + j * RMS_THREADS;
+            if (i < n / 4) {
+                const float4 x = reinterpret_cast<const float4*>(xs)[i];
+                float4 v;
+                v.x = __fmul_rn(__fmul_rn(x.x, r), wv[j].x);
+                v.y = __fmul_rn(__fmul_rn(x.y, r), wv[j].y);
+                v.z = __fmul_rn(__fmul_rn(x.z, r), wv[j].z);
+                v.w = __fmul_rn(__fmul_rn(x.w, r), wv[j].w);
+                reinterpret_cast<float4*>(out)[i] = v;
+                if (Q) reinterpret_cast<float4*>(xs)[i] = v;
+            }
+        }
+    } else {
+        for (int i = t; i < n; i += RMS_THREADS) {
+            const float v = __fmul_rn(__fmul_rn(xs[i], r), w[i]);
+            out[i] = v;
+            if (Q) xs[i] = v;
+        }
     }
     if (Q) {
         __syncthreads();
@@ -48,28 +116,28 @@ __device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ 
 #define RMS_Q_ROW(row) \
     qs + (size_t)(row) * n, d + (size_t)(row) * (n / bl), sums + (size_t)(row) * (n / sl)
 
-extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w,
-                                    int n, float eps, int rows, float* __restrict__ out) {
-    __shared__ float xs[RMS_MAX];
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    rms_norm(const float* __restrict__ x, const float* __restrict__ w, int n, float eps, int rows,
+             float* __restrict__ out) {
+    __shared__ __align__(16) float xs[RMS_MAX];
     __shared__ float r;
     const int row = blockIdx.x;
     if (row >= rows) return;
-    const float* xr = x + (size_t)row * n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xr[i];
-    __syncthreads();
-    rms_finish<false>(xs, w, n, eps, &r, out + (size_t)row * n, 0, 0, nullptr, nullptr, nullptr);
+    float4 wv[RMS_V4];
+    const bool v4 = rms_stage(x + (size_t)row * n, nullptr, nullptr, w, n, xs, wv);
+    rms_finish<false>(xs, w, v4, wv, n, eps, &r, out + (size_t)row * n, 0, 0, nullptr, nullptr,
+                      nullptr);
 }
 
 // `rms_norm`, then its output quantized as `actq` does (one launch instead of two).
-extern "C" __global__ void rms_norm_q(const float* __restrict__ x, const float* __restrict__ w,
-                                      int n, float eps, int rows, float* __restrict__ out, int bl,
-                                      int sl, i8* qs, float* d, i16* sums) {
-    __shared__ float xs[RMS_MAX];
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    rms_norm_q(const float* __restrict__ x, const float* __restrict__ w, int n, float eps,
+               int rows, float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
+    __shared__ __align__(16) float xs[RMS_MAX];
     __shared__ float r;
     const int row = blockIdx.x;
     if (row >= rows) return;
-    const float* xr = x + (size_t)row * n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xr[i];
-    __syncthreads();
-    rms_finish<true>(xs, w, n, eps, &r, out + (size_t)row * n, bl, sl, RMS_Q_ROW(row));
+    float4 wv[RMS_V4];
+    const bool v4 = rms_stage(x + (size_t)row * n, nullptr, nullptr, w, n, xs, wv);
+    rms_finish<true>(xs, w, v4, wv, n, eps, &r, out + (size_t)row * n, bl, sl, RMS_Q_ROW(row));
 }

@@ -154,12 +154,14 @@ fn row_tile(dtype: DType, rows: usize) -> usize {
 
 /// Widest row the RMSNorm kernels take (`RMS_MAX`, staged in shared memory).
 pub const RMS_MAX: usize = 8192;
+/// Threads of an RMSNorm block (`RMS_THREADS`).
+const RMS_THREADS: u32 = 1024;
 
 /// One thread block of 256 per row.
 pub(crate) fn rms_launch(rows: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (rows.max(1) as u32, 1, 1),
-        block_dim: (256, 1, 1),
+        block_dim: (RMS_THREADS, 1, 1),
         shared_mem_bytes: 0,
     }
 }

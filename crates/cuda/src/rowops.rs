@@ -434,7 +434,7 @@ impl Gpu {
         let f = self.function("qkv_post")?;
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
-            block_dim: (256, 1, 1),
+            block_dim: (1024, 1, 1), // QKV_POST_THREADS
             shared_mem_bytes: 0,
         };
         let ints = [
