@@ -79,43 +79,33 @@ __device__ __forceinline__ void tile_add(float (&d)[2][4], const float (&a)[2][4
         for (int u = 0; u < 4; u++) d[v][u] = __fadd_rn(a[v][u], b[v][u]);
 }
 
-// The canonical dots of 2 heads x 4 keys: a_l = p_l + p_{l+8}, b_l = a_l + a_{l+4},
-// c_l = b_l + b_{l+2}, d = c_0 + c_1, evaluated as the lanes complete.
+// b_l = a_l + a_{l+4} with a_l = p_l + p_{l+8}: the first two levels of the canonical fold.
+template <int HD>
+__device__ __forceinline__ void tile_b(const TileSmem<HD>& sm, int l, int qg, int kg,
+                                       float (&b)[2][4]) {
+    float x[2][4], y[2][4], a[2][4];
+    tile_lane(sm, l, qg, kg, x);
+    tile_lane(sm, l + 8, qg, kg, y);
+    tile_add(a, x, y);  // a_l
+    tile_lane(sm, l + 4, qg, kg, x);
+    tile_lane(sm, l + 12, qg, kg, y);
+    tile_add(x, x, y);  // a_{l+4}
+    tile_add(b, a, x);
+}
+
+// The canonical dots of 2 heads x 4 keys: c_l = b_l + b_{l+2}, d = c_0 + c_1, evaluated as
+// the lanes complete.
 template <int HD>
 __device__ __forceinline__ void tile_dots(const TileSmem<HD>& sm, int qg, int kg,
                                           float (&d)[2][4]) {
-    float x[2][4], y[2][4], a[2][4], b[2][4];
-    tile_lane(sm, 0, qg, kg, x);
-    tile_lane(sm, 8, qg, kg, y);
-    tile_add(a, x, y);  // a0
-    tile_lane(sm, 4, qg, kg, x);
-    tile_lane(sm, 12, qg, kg, y);
-    tile_add(x, x, y);  // a4
-    tile_add(b, a, x);  // b0
-    tile_lane(sm, 2, qg, kg, x);
-    tile_lane(sm, 10, qg, kg, y);
-    tile_add(a, x, y);  // a2
-    tile_lane(sm, 6, qg, kg, x);
-    tile_lane(sm, 14, qg, kg, y);
-    tile_add(x, x, y);  // a6
-    tile_add(a, a, x);  // b2
-    tile_add(d, b, a);  // c0
-    tile_lane(sm, 1, qg, kg, x);
-    tile_lane(sm, 9, qg, kg, y);
-    tile_add(a, x, y);  // a1
-    tile_lane(sm, 5, qg, kg, x);
-    tile_lane(sm, 13, qg, kg, y);
-    tile_add(x, x, y);  // a5
-    tile_add(b, a, x);  // b1
-    tile_lane(sm, 3, qg, kg, x);
-    tile_lane(sm, 11, qg, kg, y);
-    tile_add(a, x, y);  // a3
-    tile_lane(sm, 7, qg, kg, x);
-    tile_lane(sm, 15, qg, kg, y);
-    tile_add(x, x, y);  // a7
-    tile_add(a, a, x);  // b3
-    tile_add(b, b, a);  // c1
-    tile_add(d, d, b);  // d = c0 + c1
+    float b0[2][4], b1[2][4];
+    tile_b(sm, 0, qg, kg, b0);
+    tile_b(sm, 2, qg, kg, b1);
+    tile_add(d, b0, b1);  // c0
+    tile_b(sm, 1, qg, kg, b0);
+    tile_b(sm, 3, qg, kg, b1);
+    tile_add(b0, b0, b1);  // c1
+    tile_add(d, d, b0);    // d = c0 + c1
 }
 
 template <int HD>

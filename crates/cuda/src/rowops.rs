@@ -2,7 +2,7 @@
 //! (`kernels/rows.cu`, `kernels/attention.cu`).
 
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::ops::{DevAct, QuantArgs};
 use crate::{CudaError, Gpu, Result};
@@ -25,6 +25,16 @@ fn tile_smem(hd: usize) -> usize {
     let floats = 2 * TILE_QH * (hd + 4) + 32 * hd + TILE_QH * 40 + 5 * TILE_QH;
     let ints = 3 * 32 + 3;
     (4 * (floats + ints)).next_multiple_of(16)
+}
+
+/// The query rows and the cache description: the first arguments of every attention kernel.
+fn push_keys<'a>(l: &mut LaunchArgs<'a>, q: &'a CudaSlice<f32>, keys: &AttnKeys<'a>) {
+    l.arg(q)
+        .arg(keys.kc)
+        .arg(keys.vc)
+        .arg(keys.meta)
+        .arg(keys.tables)
+        .arg(keys.remaps);
 }
 
 /// The shape of one attention call.
@@ -135,13 +145,8 @@ impl Gpu {
             )?;
             let n = rows as i32;
             let mut l = self.stream.launch_builder(&f);
-            l.arg(q)
-                .arg(keys.kc)
-                .arg(keys.vc)
-                .arg(keys.meta)
-                .arg(keys.tables)
-                .arg(keys.remaps)
-                .arg(&n)
+            push_keys(&mut l, q, keys);
+            l.arg(&n)
                 .arg(&h)
                 .arg(&kvh)
                 .arg(&scale)
@@ -168,16 +173,8 @@ impl Gpu {
                 "attention"
             })?;
             let mut l = self.stream.launch_builder(&f);
-            l.arg(q)
-                .arg(keys.kc)
-                .arg(keys.vc)
-                .arg(keys.meta)
-                .arg(keys.tables)
-                .arg(keys.remaps)
-                .arg(&h)
-                .arg(&kvh)
-                .arg(&hd)
-                .arg(&scale);
+            push_keys(&mut l, q, keys);
+            l.arg(&h).arg(&kvh).arg(&hd).arg(&scale);
             match &split {
                 Some(sp) => l.arg(&mc).arg(&*sp.part_ml).arg(&*sp.part_o),
                 None => l.arg(&mut *out),
