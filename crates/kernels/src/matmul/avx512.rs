@@ -5,77 +5,13 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::reference::block_step;
-use super::unpack::{f16_at, scale_min_k4, scales_mins_k4, Shape};
+use super::unpack::{f16_at, scales_mins_k4, Shape};
 use crate::actq::QuantAct;
 use std::arch::x86_64::*;
 
 #[inline(always)]
 unsafe fn nibble_mask() -> __m512i {
     _mm512_set1_epi8(0x0F)
-}
-
-/// Q4_K rows `r0..r0+R` against one weight row: each weight block is decoded once for all R rows.
-/// Per row, the operations are those of the one-row case, so results do not depend on R.
-#[inline(always)]
-unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
-    let nb = w.len() / 144;
-    let mut acc = [0f32; R];
-    let m4 = nibble_mask();
-    let zero = _mm512_setzero_si512();
-    let mut idx = [zero; 4];
-    for (g, slot) in idx.iter_mut().enumerate() {
-        let (a, b) = (2 * g as i32, 2 * g as i32 + 1);
-        *slot = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
-    }
-    for b in 0..nb {
-        let blk = &w[144 * b..144 * (b + 1)];
-        let sc = &blk[4..16];
-        let mut scales = [0u8; 16];
-        let mut mins = [0i32; 8];
-        for j in 0..8 {
-            let (s, m) = scale_min_k4(j, sc);
-            scales[j] = s;
-            mins[j] = m as i32;
-        }
-        let sv = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales.as_ptr() as *const __m128i));
-        let q = blk.as_ptr().add(16);
-        let mut wv = [zero; 4];
-        let mut svs = [zero; 4];
-        for g in 0..4 {
-            let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.add(32 * g) as *const __m256i));
-            let lo = _mm512_and_si512(v, m4);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-            wv[g] = _mm512_mask_blend_epi64(0xF0, lo, hi);
-            svs[g] = _mm512_permutexvar_epi32(idx[g], sv);
-        }
-        let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
-        for (r, a) in acc.iter_mut().enumerate() {
-            let row = r0 + r;
-            let xb = x.row_qs(row).as_ptr().add(256 * b);
-            let sums = &x.row_sums(row)[16 * b..16 * b + 16];
-            let mut isum = zero;
-            for g in 0..4 {
-                let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
-                let dp = _mm512_dpbusd_epi32(zero, wv[g], xv);
-                isum = _mm512_dpwssd_epi32(isum, dp, svs[g]);
-            }
-            let isum = _mm512_reduce_add_epi32(isum);
-            let mut msum = 0i32;
-            for j in 0..8 {
-                msum += mins[j] * (sums[2 * j] as i32 + sums[2 * j + 1] as i32);
-            }
-            *a = block_step(
-                *a,
-                Shape::ScaleMinusMin,
-                d,
-                dmin,
-                x.row_d(row)[b],
-                isum,
-                msum,
-            );
-        }
-    }
-    out[..R].copy_from_slice(&acc);
 }
 
 /// Lanes of the first `R` rows.
@@ -304,7 +240,7 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows_q4k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     match out.len() {
-        1 => q4k_rows::<1>(w, x, r0, out),
+        1 => q4k_rows8::<1>(w, x, r0, out),
         2 => q4k_rows8::<2>(w, x, r0, out),
         3 => q4k_rows8::<3>(w, x, r0, out),
         4 => q4k_rows8::<4>(w, x, r0, out),
@@ -320,68 +256,10 @@ pub unsafe fn rows_q4k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     }
 }
 
-/// Q6_K rows `r0..r0+R` against one weight row, each weight block decoded once.
-#[inline(always)]
-unsafe fn q6k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
-    let nb = w.len() / 210;
-    let mut acc = [0f32; R];
-    let m4 = nibble_mask();
-    let m2 = _mm512_set1_epi8(0x03);
-    let zero = _mm512_setzero_si512();
-    let sh_a = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
-    let sh_b = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
-    let pa = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    let pb = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4);
-    for b in 0..nb {
-        let blk = blk_at(w, b, 210);
-        let scp = blk.as_ptr().add(192) as *const i8;
-        let mut sc = [0i32; 16];
-        for (g, s) in sc.iter_mut().enumerate() {
-            *s = *scp.add(g) as i32;
-        }
-        // Weight codes (0..63) and per-lane scales for the four 64-value quarters.
-        let mut wv = [zero; 4];
-        let mut svs = [zero; 4];
-        for n in 0..2 {
-            let ql = _mm512_loadu_si512(blk.as_ptr().add(64 * n) as *const _);
-            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                blk.as_ptr().add(128 + 32 * n) as *const __m256i
-            ));
-            let ha = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_a), m2));
-            let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_b), m2));
-            wv[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, m4), ha);
-            wv[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), hb);
-            let s8 = _mm_loadl_epi64(scp.add(8 * n) as *const __m128i);
-            let s32 = _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(s8)));
-            svs[2 * n] = _mm512_permutexvar_epi32(pa, s32);
-            svs[2 * n + 1] = _mm512_permutexvar_epi32(pb, s32);
-        }
-        let d = f16_at(blk, 208);
-        for (r, a) in acc.iter_mut().enumerate() {
-            let row = r0 + r;
-            let xb = x.row_qs(row).as_ptr().add(256 * b);
-            let sums = &x.row_sums(row)[16 * b..16 * b + 16];
-            let mut corr = 0i32;
-            for g in 0..16 {
-                corr += sc[g] * sums[g] as i32;
-            }
-            let mut isum = zero;
-            for q in 0..4 {
-                let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
-                let dp = _mm512_dpbusd_epi32(zero, wv[q], xv);
-                isum = _mm512_dpwssd_epi32(isum, dp, svs[q]);
-            }
-            let isum = _mm512_reduce_add_epi32(isum) - 32 * corr;
-            *a = block_step(*a, Shape::Scale, d, 0.0, x.row_d(row)[b], isum, 0);
-        }
-    }
-    out[..R].copy_from_slice(&acc);
-}
-
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows_q6k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     match out.len() {
-        1 => q6k_rows::<1>(w, x, r0, out),
+        1 => q6k_rows8::<1>(w, x, r0, out),
         2 => q6k_rows8::<2>(w, x, r0, out),
         3 => q6k_rows8::<3>(w, x, r0, out),
         4 => q6k_rows8::<4>(w, x, r0, out),
