@@ -1,5 +1,6 @@
-//! AVX2 dot products. Integer block sums come from `vpmaddubsw` (unsigned weight codes times signed
-//! activations, adjacent pairs added into i16) widened to i32 by `vpmaddwd`, which also applies
+//! AVX2 dot products; Q4_K and Q6_K take several rows per decoded weight block. Integer block
+//! sums come from `vpmaddubsw` (unsigned weight codes times signed activations, adjacent pairs
+//! added into i16) widened to i32 by `vpmaddwd`, which also applies
 //! the integer group scales; the float step per block is [`block_step`] exactly, in ascending
 //! block order, so every result equals the scalar reference bit for bit.
 //!
@@ -393,60 +394,143 @@ unsafe fn k4_block(
 }
 
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q4k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    kquant_dot(w, x, row, 144, Shape::ScaleMinusMin, |blk, xb, sums16| {
-        k4_block(blk, xb, sums16, 16, None)
-    })
-}
-
-#[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q5k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
     kquant_dot(w, x, row, 176, Shape::ScaleMinusMin, |blk, xb, sums16| {
         k4_block(blk, xb, sums16, 48, Some(16))
     })
 }
 
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q6k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    kquant_dot(w, x, row, 210, Shape::Scale, |blk, xb, sums16| {
+// ---------------------------------------------------------------------------------------------
+// Several rows per weight block (Q4_K, Q6_K): the block's codes and scales are unpacked once,
+// then each row runs exactly the per-row operations of `dot_q4k` / `dot_q6k` (integer sums are
+// exact in any grouping; the float step is `block_step`, in ascending block order per row).
+
+/// Q4_K rows `r0..r0 + R` against one weight row.
+#[inline(always)]
+unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+    let nb = w.len() / 144;
+    let mut acc = [0f32; R];
+    let m4 = _mm256_set1_epi8(0x0F);
+    let zero = _mm256_setzero_si256();
+    for b in 0..nb {
+        let blk = w.get_unchecked(144 * b..144 * (b + 1));
+        let p = blk.as_ptr();
+        let sm = k4_scales_mins(&blk[4..16]);
+        let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        let mut codes = [zero; 8];
+        let mut scales = [zero; 8];
+        for j in 0..4 {
+            let v = load(p.add(16 + 32 * j));
+            codes[2 * j] = _mm256_and_si256(v, m4);
+            codes[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            scales[2 * j] = bcast_scale(sc16, 2 * j);
+            scales[2 * j + 1] = bcast_scale(sc16, 2 * j + 1);
+        }
+        let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let row = r0 + r;
+            let xb = x.row_qs(row).as_ptr().add(256 * b);
+            let sums16 = _mm256_loadu_si256(x.row_sums(row).as_ptr().add(16 * b) as *const __m256i);
+            let mut isum = zero;
+            for (i, (&u, &sc)) in codes.iter().zip(&scales).enumerate() {
+                isum = _mm256_add_epi32(isum, dot_scaled(u, load_x(xb.add(32 * i)), sc));
+            }
+            let (isum, msum) = hsum2(isum, k4_mins(sm, sums16));
+            *a = block_step(
+                *a,
+                Shape::ScaleMinusMin,
+                d,
+                dmin,
+                x.row_d(row)[b],
+                isum,
+                msum,
+            );
+        }
+    }
+    out[..R].copy_from_slice(&acc);
+}
+
+/// Q6_K rows `r0..r0 + R` against one weight row.
+#[inline(always)]
+unsafe fn q6k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+    let nb = w.len() / 210;
+    let mut acc = [0f32; R];
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(0x30);
+    let zero = _mm256_setzero_si256();
+    for b in 0..nb {
+        let blk = w.get_unchecked(210 * b..210 * (b + 1));
         let p = blk.as_ptr();
         let sc = _mm_loadu_si128(p.add(192) as *const __m128i);
-        // Codes are u - 32 with u in 0..64; the -32 goes through the group sums.
-        let corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), sums16);
-        let mut acc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(corr));
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m2 = _mm256_set1_epi8(0x30);
+        let sc16 = _mm256_cvtepi8_epi16(sc);
+        let mut codes = [zero; 8];
+        let mut scales = [zero; 8];
         for n in 0..2 {
             let ql0 = load(p.add(64 * n));
             let ql1 = load(p.add(64 * n + 32));
             let qh = load(p.add(128 + 32 * n));
-            // Two high bits each from qh bits 0-1, 2-3, 4-5, 6-7, moved to bits 4-5.
-            let codes = [
-                _mm256_or_si256(
-                    _mm256_and_si256(ql0, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                    _mm256_and_si256(qh, m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
-                ),
-            ];
-            for (i, u) in codes.into_iter().enumerate() {
-                let xv = load_x(xb.add(128 * n + 32 * i));
-                acc = _mm256_add_epi32(acc, dot_scaled(u, xv, pair_scales(sc, 4 * n + i)));
+            codes[4 * n] = _mm256_or_si256(
+                _mm256_and_si256(ql0, m4),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
+            );
+            codes[4 * n + 1] = _mm256_or_si256(
+                _mm256_and_si256(ql1, m4),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
+            );
+            codes[4 * n + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                _mm256_and_si256(qh, m2),
+            );
+            codes[4 * n + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+            );
+            for i in 0..4 {
+                scales[4 * n + i] = pair_scales(sc, 4 * n + i);
             }
         }
-        (hsum(acc), 0, f16_at(blk, 208), 0.0)
-    })
+        let d = f16_at(blk, 208);
+        for (r, a) in acc.iter_mut().enumerate() {
+            let row = r0 + r;
+            let xb = x.row_qs(row).as_ptr().add(256 * b);
+            let sums16 = _mm256_loadu_si256(x.row_sums(row).as_ptr().add(16 * b) as *const __m256i);
+            // Codes are u - 32 with u in 0..64; the -32 goes through the group sums.
+            let corr = _mm256_madd_epi16(sc16, sums16);
+            let mut isum = _mm256_sub_epi32(zero, _mm256_slli_epi32::<5>(corr));
+            for (i, (&u, &s)) in codes.iter().zip(&scales).enumerate() {
+                isum = _mm256_add_epi32(isum, dot_scaled(u, load_x(xb.add(32 * i)), s));
+            }
+            *a = block_step(*a, Shape::Scale, d, 0.0, x.row_d(row)[b], hsum(isum), 0);
+        }
+    }
+    out[..R].copy_from_slice(&acc);
 }
+
+macro_rules! rows_fn {
+    ($name:ident, $rows:ident) => {
+        /// Rows `r0..r0 + out.len()` against one weight row, eight at a time.
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn $name(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+            match out.len() {
+                1 => $rows::<1>(w, x, r0, out),
+                2 => $rows::<2>(w, x, r0, out),
+                3 => $rows::<3>(w, x, r0, out),
+                4 => $rows::<4>(w, x, r0, out),
+                5 => $rows::<5>(w, x, r0, out),
+                6 => $rows::<6>(w, x, r0, out),
+                7 => $rows::<7>(w, x, r0, out),
+                n => {
+                    $rows::<8>(w, x, r0, out);
+                    if n > 8 {
+                        $name(w, x, r0 + 8, &mut out[8..]);
+                    }
+                }
+            }
+        }
+    };
+}
+rows_fn!(rows_q4k, q4k_rows);
+rows_fn!(rows_q6k, q6k_rows);
 
 #[cfg(test)]
 mod tests {

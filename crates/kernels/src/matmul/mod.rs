@@ -124,9 +124,9 @@ fn quant_kernel(level: SimdLevel, dtype: DType) -> Kernel {
             DType::Q8_0 => Kernel::Dot(avx2::dot_q8_0),
             DType::Q2K => Kernel::Dot(avx2::dot_q2k),
             DType::Q3K => Kernel::Dot(avx2::dot_q3k),
-            DType::Q4K => Kernel::Dot(avx2::dot_q4k),
+            DType::Q4K => Kernel::Rows(avx2::rows_q4k),
             DType::Q5K => Kernel::Dot(avx2::dot_q5k),
-            DType::Q6K => Kernel::Dot(avx2::dot_q6k),
+            DType::Q6K => Kernel::Rows(avx2::rows_q6k),
             _ => Kernel::Dot(reference_dot(dtype)),
         };
     }
