@@ -35,11 +35,11 @@ fn every_level_equals_the_reference() {
 }
 
 /// Long rows (k = 9216: 36 k-quant blocks, 288 legacy ones, like an FFN down projection): the
-/// reference's bits for one row, a partial tile, a full one and more than a tile.
+/// reference's bits for one row, a partial tile, a full one and more than a tile, at every SIMD
+/// level this CPU has.
 #[test]
 fn long_rows_in_block_runs_equal_the_reference() {
     let pool = ThreadPool::new(2);
-    let level = tf_kernels::detect();
     for dtype in [
         DType::Q4K,
         DType::Q6K,
@@ -54,8 +54,10 @@ fn long_rows_in_block_runs_equal_the_reference() {
         for rows in [1, 5, 8, 13] {
             let x = activations(&mut rng, rows * k);
             let want = run(SimdLevel::Scalar, &pool, &w, &x, rows);
-            let got = run(level, &pool, &w, &x, rows);
-            assert!(bits_eq(&got, &want), "{dtype} rows={rows}");
+            for level in SimdLevel::available() {
+                let got = run(level, &pool, &w, &x, rows);
+                assert!(bits_eq(&got, &want), "{dtype} rows={rows} {level:?}");
+            }
         }
     }
 }
