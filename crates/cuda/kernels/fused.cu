@@ -4,38 +4,18 @@
 // x += y, then out = rms_norm(x) (`add_into` then `rms_norm`, one launch): the sums are staged
 // in shared memory and written back, then normalized as `rms_norm` does; with Q also quantized
 // (`rms_norm_q`).
-template <bool Q>
-__device__ __forceinline__ void add_rms_norm_row(float* __restrict__ x, const float* __restrict__ y,
-                                                 const float* __restrict__ w, int n, float eps,
-                                                 int rows, float* __restrict__ out, int bl,
-                                                 int sl, i8* qs, float* d, i16* sums) {
-    __shared__ __align__(16) float xs[RMS_MAX];
-    __shared__ float r;
-    const int row = blockIdx.x;
-    if (row >= rows) return;
-    float* xr = x + (size_t)row * n;
-    float4 wv[RMS_V4];
-    const bool v4 = rms_stage(xr, y + (size_t)row * n, xr, w, n, xs, wv);
-    if (Q) {
-        rms_finish<true>(xs, w, v4, wv, n, eps, &r, out + (size_t)row * n, bl, sl,
-                         RMS_Q_ROW(row));
-    } else {
-        rms_finish<false>(xs, w, v4, wv, n, eps, &r, out + (size_t)row * n, 0, 0, nullptr,
-                          nullptr, nullptr);
-    }
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
+                 const float* __restrict__ w, int n, float eps, int rows,
+                 float* __restrict__ out) {
+    rms_row<false, true>(x, y, x, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
 }
 
-extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
-                                        const float* __restrict__ w, int n, float eps, int rows,
-                                        float* __restrict__ out) {
-    add_rms_norm_row<false>(x, y, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
-}
-
-extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q(float* __restrict__ x, const float* __restrict__ y,
-                                          const float* __restrict__ w, int n, float eps,
-                                          int rows, float* __restrict__ out, int bl, int sl,
-                                          i8* qs, float* d, i16* sums) {
-    add_rms_norm_row<true>(x, y, w, n, eps, rows, out, bl, sl, qs, d, sums);
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    add_rms_norm_q(float* __restrict__ x, const float* __restrict__ y,
+                   const float* __restrict__ w, int n, float eps, int rows,
+                   float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
+    rms_row<true, true>(x, y, x, w, n, eps, rows, out, bl, sl, qs, d, sums);
 }
 
 // After the q/k/v matmuls of row r (`blockIdx.x`): biases added (`add_bias`; null = none),

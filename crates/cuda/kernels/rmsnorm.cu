@@ -112,32 +112,38 @@ __device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ 
     }
 }
 
-// The quantized outputs of row `row` (`rms_finish`'s qs / d / sums).
-#define RMS_Q_ROW(row) \
-    qs + (size_t)(row) * n, d + (size_t)(row) * (n / bl), sums + (size_t)(row) * (n / sl)
-
-extern "C" __global__ void __launch_bounds__(RMS_THREADS)
-    rms_norm(const float* __restrict__ x, const float* __restrict__ w, int n, float eps, int rows,
-             float* __restrict__ out) {
+// One row (`blockIdx.x`) of the RMSNorm kernels: x (with ADD, + y, written back to xw) is
+// staged, normalized into out and, with Q, quantized into qs / d / sums.
+template <bool Q, bool ADD>
+__device__ __forceinline__ void rms_row(const float* x, const float* __restrict__ y, float* xw,
+                                        const float* __restrict__ w, int n, float eps, int rows,
+                                        float* __restrict__ out, int bl, int sl, i8* qs, float* d,
+                                        i16* sums) {
     __shared__ __align__(16) float xs[RMS_MAX];
     __shared__ float r;
     const int row = blockIdx.x;
     if (row >= rows) return;
+    const size_t at = (size_t)row * n;
     float4 wv[RMS_V4];
-    const bool v4 = rms_stage(x + (size_t)row * n, nullptr, nullptr, w, n, xs, wv);
-    rms_finish<false>(xs, w, v4, wv, n, eps, &r, out + (size_t)row * n, 0, 0, nullptr, nullptr,
-                      nullptr);
+    const bool v4 =
+        rms_stage(x + at, ADD ? y + at : nullptr, ADD ? xw + at : nullptr, w, n, xs, wv);
+    if (Q) {
+        rms_finish<true>(xs, w, v4, wv, n, eps, &r, out + at, bl, sl, qs + at,
+                         d + (size_t)row * (n / bl), sums + (size_t)row * (n / sl));
+    } else {
+        rms_finish<false>(xs, w, v4, wv, n, eps, &r, out + at, 0, 0, nullptr, nullptr, nullptr);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    rms_norm(const float* __restrict__ x, const float* __restrict__ w, int n, float eps, int rows,
+             float* __restrict__ out) {
+    rms_row<false, false>(x, nullptr, nullptr, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
 }
 
 // `rms_norm`, then its output quantized as `actq` does (one launch instead of two).
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_q(const float* __restrict__ x, const float* __restrict__ w, int n, float eps,
                int rows, float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
-    __shared__ __align__(16) float xs[RMS_MAX];
-    __shared__ float r;
-    const int row = blockIdx.x;
-    if (row >= rows) return;
-    float4 wv[RMS_V4];
-    const bool v4 = rms_stage(x + (size_t)row * n, nullptr, nullptr, w, n, xs, wv);
-    rms_finish<true>(xs, w, v4, wv, n, eps, &r, out + (size_t)row * n, bl, sl, RMS_Q_ROW(row));
+    rms_row<true, false>(x, nullptr, nullptr, w, n, eps, rows, out, bl, sl, qs, d, sums);
 }

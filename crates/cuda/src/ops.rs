@@ -229,23 +229,13 @@ impl Gpu {
         k: usize,
         act: &mut DevAct,
     ) -> Result<()> {
-        let bl = act.block.values();
-        let sl = act.block.sum_len();
-        if !k.is_multiple_of(bl)
-            || x.len() < rows * k
-            || act.qs.len() < rows * k
-            || act.d.len() < rows * k / bl
-            || act.sums.len() < rows * k / sl
-        {
-            return Err(CudaError::Usage(format!(
-                "quantize: k={k} rows={rows} block {bl}"
-            )));
+        if x.len() < rows * k {
+            return Err(CudaError::Usage(format!("quantize: k={k} rows={rows}")));
         }
-        act.rows = rows;
-        act.k = k;
-        let n_blocks = rows * k / bl;
+        let n_blocks = rows * k / act.block.values();
+        let mut qa = QuantArgs::new(act, rows, k)?;
         let f = self.function("actq")?;
-        let (nb, bl, sl) = (n_blocks as i32, bl as i32, sl as i32);
+        let nb = n_blocks as i32;
         // One warp per block of values.
         let cfg = LaunchConfig {
             grid_dim: (grid(n_blocks, 4), 1, 1),
@@ -253,13 +243,8 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let mut l = self.stream.launch_builder(&f);
-        l.arg(x)
-            .arg(&nb)
-            .arg(&bl)
-            .arg(&sl)
-            .arg(&mut act.qs)
-            .arg(&mut act.d)
-            .arg(&mut act.sums);
+        l.arg(x).arg(&nb);
+        qa.push(&mut l);
         // SAFETY: argument types and lengths match the kernel's signature and indexing.
         unsafe { l.launch(cfg) }?;
         Ok(())
