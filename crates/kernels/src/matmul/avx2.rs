@@ -506,31 +506,8 @@ unsafe fn q6k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
     out[..R].copy_from_slice(&acc);
 }
 
-macro_rules! rows_fn {
-    ($name:ident, $rows:ident) => {
-        /// Rows `r0..r0 + out.len()` against one weight row, eight at a time.
-        #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn $name(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
-            match out.len() {
-                1 => $rows::<1>(w, x, r0, out),
-                2 => $rows::<2>(w, x, r0, out),
-                3 => $rows::<3>(w, x, r0, out),
-                4 => $rows::<4>(w, x, r0, out),
-                5 => $rows::<5>(w, x, r0, out),
-                6 => $rows::<6>(w, x, r0, out),
-                7 => $rows::<7>(w, x, r0, out),
-                n => {
-                    $rows::<8>(w, x, r0, out);
-                    if n > 8 {
-                        $name(w, x, r0 + 8, &mut out[8..]);
-                    }
-                }
-            }
-        }
-    };
-}
-rows_fn!(rows_q4k, q4k_rows);
-rows_fn!(rows_q6k, q6k_rows);
+rows_by_eight!(rows_q4k, q4k_rows, "avx2,fma");
+rows_by_eight!(rows_q6k, q6k_rows, "avx2,fma");
 
 #[cfg(test)]
 mod tests {

@@ -237,43 +237,9 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
     _mm256_mask_storeu_ps(out.as_mut_ptr(), row_mask::<R>(), acc);
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn rows_q4k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
-    match out.len() {
-        1 => q4k_rows8::<1>(w, x, r0, out),
-        2 => q4k_rows8::<2>(w, x, r0, out),
-        3 => q4k_rows8::<3>(w, x, r0, out),
-        4 => q4k_rows8::<4>(w, x, r0, out),
-        5 => q4k_rows8::<5>(w, x, r0, out),
-        6 => q4k_rows8::<6>(w, x, r0, out),
-        7 => q4k_rows8::<7>(w, x, r0, out),
-        n => {
-            q4k_rows8::<8>(w, x, r0, out);
-            if n > 8 {
-                rows_q4k(w, x, r0 + 8, &mut out[8..]);
-            }
-        }
-    }
-}
+rows_by_eight!(rows_q4k, q4k_rows8, "avx512f,avx512bw,avx512vl,avx512vnni");
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn rows_q6k(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
-    match out.len() {
-        1 => q6k_rows8::<1>(w, x, r0, out),
-        2 => q6k_rows8::<2>(w, x, r0, out),
-        3 => q6k_rows8::<3>(w, x, r0, out),
-        4 => q6k_rows8::<4>(w, x, r0, out),
-        5 => q6k_rows8::<5>(w, x, r0, out),
-        6 => q6k_rows8::<6>(w, x, r0, out),
-        7 => q6k_rows8::<7>(w, x, r0, out),
-        n => {
-            q6k_rows8::<8>(w, x, r0, out);
-            if n > 8 {
-                rows_q6k(w, x, r0 + 8, &mut out[8..]);
-            }
-        }
-    }
-}
+rows_by_eight!(rows_q6k, q6k_rows8, "avx512f,avx512bw,avx512vl,avx512vnni");
 
 #[inline(always)]
 fn blk_at(w: &[u8], b: usize, bytes: usize) -> &[u8] {

@@ -6,6 +6,32 @@
 pub mod reference;
 pub mod unpack;
 
+/// `pub unsafe fn $name(w, x, r0, out)` with `$feat` enabled: rows `r0..r0 + out.len()` against
+/// one weight row through `$rows::<R>` (R = 1..8), eight rows at a time.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_by_eight {
+    ($name:ident, $rows:ident, $feat:literal) => {
+        #[target_feature(enable = $feat)]
+        pub unsafe fn $name(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+            match out.len() {
+                1 => $rows::<1>(w, x, r0, out),
+                2 => $rows::<2>(w, x, r0, out),
+                3 => $rows::<3>(w, x, r0, out),
+                4 => $rows::<4>(w, x, r0, out),
+                5 => $rows::<5>(w, x, r0, out),
+                6 => $rows::<6>(w, x, r0, out),
+                7 => $rows::<7>(w, x, r0, out),
+                n => {
+                    $rows::<8>(w, x, r0, out);
+                    if n > 8 {
+                        $name(w, x, r0 + 8, &mut out[8..]);
+                    }
+                }
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
