@@ -7,12 +7,13 @@ use anyhow::Result;
 use tf_core::BlockId;
 use tf_cuda::rowops::{AttnDims, AttnKeys, AttnSplit};
 use tf_cuda::Gpu;
+use tf_kernels::actq::{ActBlock, QuantAct};
 use tf_kernels::attention::{self, AttnShape, KeyRemap, RowKeys, KEY_CHUNK};
 use tf_kernels::kv::{KvLayer, BLOCK_SIZE};
 use tf_kernels::pool::ThreadPool;
 use tf_kernels::SimdLevel;
 
-use crate::gpu_check_ops::{activations, bits_equal, time, Row};
+use crate::gpu_check_ops::{activations, bits_equal, quant_equal, time, Row};
 
 /// (query heads, KV heads, head dimension): Qwen2.5 1.5B, 7B and 0.5B, SmolLM2-135M.
 const SHAPES: [(usize, usize, usize); 4] = [(12, 2, 128), (28, 4, 128), (14, 2, 64), (9, 3, 64)];
@@ -62,6 +63,7 @@ pub fn run(
 ) -> Result<()> {
     // Sequences: 0 with 336 slots (330 positions + spare slots for tree rows), 1 with 48, 2
     // with 2048; block tables interleaved over the cache.
+    let att_few = gpu.att_few;
     let lens = [336usize, 48, 2048];
     let n_blocks: usize = lens.iter().map(|l| l / BLOCK_SIZE).sum();
     let mut tables: Vec<Vec<BlockId>> = vec![Vec::new(); 3];
@@ -174,10 +176,12 @@ pub fn run(
             let mut part_ml = gpu.zeros::<f32>(2 * m * h * max_chunks)?;
             let mut part_o = gpu.zeros::<f32>(m * h * max_chunks * hd)?;
             let mut out = gpu.zeros::<f32>(m * qd)?;
-            for tiled in [true, false] {
-                gpu.att_tile = tiled;
+            // The tiled kernel, one block per row, and (split only) the few-rows kernel.
+            for form in ["tile", "row", "few"] {
+                gpu.att_tile = form == "tile";
+                gpu.att_few = if form == "few" { m } else { 0 };
                 for split in [false, true] {
-                    if split && m > 64 {
+                    if split && m > 64 || form == "few" && !split {
                         continue;
                     }
                     let jobs = gpu.attention_tiles(&dims).unwrap_or(m) * kvh;
@@ -188,18 +192,14 @@ pub fn run(
                             part_ml: &mut part_ml,
                             part_o: &mut part_o,
                         });
-                        Ok(gpu.attention(dims, &dq, &dkeys, sp, &mut out)?)
+                        Ok(gpu.attention(dims, &dq, &dkeys, sp, &mut out, None)?)
                     };
                     launch()?;
                     let micros = time(gpu, &mut launch)?;
                     let got = gpu.download(&out)?;
                     let (eq, md) = bits_equal(&got, &want);
                     table.push(Row {
-                        op: format!(
-                            "attention {}{}",
-                            if tiled { "tile" } else { "row" },
-                            if split { " split" } else { "" }
-                        ),
+                        op: format!("attention {form}{}", if split { " split" } else { "" }),
                         ty: format!("{name} {h}/{kvh}x{hd}"),
                         rows: m,
                         equal: eq,
@@ -207,9 +207,36 @@ pub fn run(
                         max_diff: md,
                         micros,
                     });
+                    // The merge that also quantizes (the o matmul's input), every block size
+                    // the row length allows, against the CPU's quantization of its result.
+                    for block in [ActBlock::B32, ActBlock::B256] {
+                        if !split || form != "few" || qd % block.values() != 0 {
+                            continue;
+                        }
+                        let mut act = gpu.act_buffer(block, m, qd)?;
+                        let sp = AttnSplit {
+                            max_chunks,
+                            splits: (264 / jobs).clamp(1, max_chunks),
+                            part_ml: &mut part_ml,
+                            part_o: &mut part_o,
+                        };
+                        gpu.attention(dims, &dq, &dkeys, Some(sp), &mut out, Some(&mut act))?;
+                        let want_q = QuantAct::new(SimdLevel::Scalar, block, &want, m, qd);
+                        let (equal, total, max_diff) = quant_equal(gpu, &act, &want_q, m)?;
+                        table.push(Row {
+                            op: format!("attention merge_q B{}", block.values()),
+                            ty: format!("{name} {h}/{kvh}x{hd}"),
+                            rows: m,
+                            equal,
+                            total,
+                            max_diff,
+                            micros: 0.0,
+                        });
+                    }
                 }
             }
             gpu.att_tile = true;
+            gpu.att_few = att_few;
         }
     }
     Ok(())

@@ -15,6 +15,8 @@ mod gpu_check_attn;
 #[cfg(feature = "cuda")]
 mod gpu_check_fused;
 #[cfg(feature = "cuda")]
+mod gpu_check_gemv;
+#[cfg(feature = "cuda")]
 mod gpu_check_model;
 #[cfg(feature = "cuda")]
 mod gpu_check_ops;

@@ -218,6 +218,7 @@ extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd,
     const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
     const size_t base = ((size_t)r * n_heads + h) * max_chunks;
     float bm = NEG_INF, bl = 0.0f, o = 0.0f;
+#pragma unroll 8
     for (int c = 0; c < n_chunks; c++) {
         attn_merge(c == 0, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
                    part_o[(base + c) * hd + t], bm, bl, o);

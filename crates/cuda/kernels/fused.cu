@@ -28,7 +28,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 #define QKV_POST_THREADS 1024
 extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
     qkv_post(const float* __restrict__ q, const float* __restrict__ k,
-             const float* __restrict__ v, int q_stride, int kv_stride,
+             const float* __restrict__ v, int q_stride, int k_stride, int v_stride,
              const float* __restrict__ bq, const float* __restrict__ bk,
              const float* __restrict__ bv, const int* __restrict__ pos,
              const int* __restrict__ slot, int n_heads, int n_kv_heads, int hd, int rot_dim,
@@ -38,8 +38,8 @@ extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
     const int half = rot_dim / 2, rest = hd - rot_dim;
     const int qd = n_heads * hd, kvd = n_kv_heads * hd;
     const float* qr = q + (size_t)r * q_stride;
-    const float* kr = k + (size_t)r * kv_stride;
-    const float* vr = v + (size_t)r * kv_stride;
+    const float* kr = k + (size_t)r * k_stride;
+    const float* vr = v + (size_t)r * v_stride;
     const float* pcs = cs + (size_t)pos[r] * half * 2;
     float* qw = qo + (size_t)r * qd;
     float* kw = kc + (size_t)slot[r] * kvd;

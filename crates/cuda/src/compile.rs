@@ -19,6 +19,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("matmul_q.cu", include_str!("../kernels/matmul_q.cu")),
     ("matmul_t.cu", include_str!("../kernels/matmul_t.cu")),
     ("matmul_mma.cu", include_str!("../kernels/matmul_mma.cu")),
+    ("matmul_gemv.cu", include_str!("../kernels/matmul_gemv.cu")),
     ("matmul_f.cu", include_str!("../kernels/matmul_f.cu")),
     ("rmsnorm.cu", include_str!("../kernels/rmsnorm.cu")),
     ("swiglu.cu", include_str!("../kernels/swiglu.cu")),
@@ -27,6 +28,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     (
         "attention_tile.cu",
         include_str!("../kernels/attention_tile.cu"),
+    ),
+    (
+        "attention_few.cu",
+        include_str!("../kernels/attention_few.cu"),
     ),
     ("rows.cu", include_str!("../kernels/rows.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),

@@ -9,6 +9,7 @@
 //! (`tf_kernels`), so its results equal the CPU's bit for bit ([`ops`]).
 
 pub mod compile;
+pub mod gemv;
 pub mod mma;
 pub mod ops;
 pub mod rowops;
@@ -59,6 +60,8 @@ pub struct Gpu {
     pub module: Arc<CudaModule>,
     pub name: String,
     pub cc: (i32, i32),
+    /// Shared memory one block may ask for (bytes, with the opt-in attribute).
+    pub smem_optin: usize,
     pub program: ProgramInfo,
     /// The quantized matmul kernel form (`TENSORFOLD_CUDA_MATMUL`).
     pub matmul_form: ops::MatmulForm,
@@ -68,6 +71,12 @@ pub struct Gpu {
     /// Attention in tiles of rows sharing each staged key chunk (`TENSORFOLD_CUDA_ATT_TILE`,
     /// default on; `0` keeps one block per row).
     pub att_tile: bool,
+    /// Calls of up to this many rows of interleaved Q4_K / Q6_K weights take the few-row
+    /// kernels (`matmul_gemv.cu`; `TENSORFOLD_CUDA_GEMV=N`, `0` for the tensor-core kernels).
+    pub gemv_rows: usize,
+    /// Split attention of up to this many rows takes `attention_few.cu` (one block per row
+    /// and KV head, no work for absent heads; `TENSORFOLD_CUDA_ATT_FEW=N`, `0` for the tiles).
+    pub att_few: usize,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
@@ -110,6 +119,9 @@ impl Gpu {
         })?;
         let name = ctx.name()?;
         let cc = ctx.compute_capability()?;
+        let smem_optin = ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as usize;
         let src = compile::program_source();
         let compiled = guarded("libnvrtc", || compile::cubin(&src, &name, cc, cache_dir))?;
         let program = ProgramInfo {
@@ -130,12 +142,35 @@ impl Gpu {
             module,
             name,
             cc,
+            smem_optin,
             program,
             matmul_form: ops::MatmulForm::from_env(),
             mma: !std::env::var("TENSORFOLD_CUDA_MMA").is_ok_and(|v| v == "0"),
             att_tile: !std::env::var("TENSORFOLD_CUDA_ATT_TILE").is_ok_and(|v| v == "0"),
+            gemv_rows: std::env::var("TENSORFOLD_CUDA_GEMV")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2)
+                .min(gemv::GV_MAX_ROWS),
+            att_few: std::env::var("TENSORFOLD_CUDA_ATT_FEW")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(4),
             functions: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// GPU time per call of `f` in microseconds: CUDA events around `n` back-to-back calls
+    /// (no host synchronization in between, as in a replayed graph).
+    pub fn time_calls(&self, n: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+        use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
+        let start = self.stream.record_event(Some(CU_EVENT_DEFAULT))?;
+        for _ in 0..n {
+            f()?;
+        }
+        let end = self.stream.record_event(Some(CU_EVENT_DEFAULT))?;
+        let ms = start.elapsed_ms(&end)?;
+        Ok(ms as f64 * 1e3 / n.max(1) as f64)
     }
 
     /// A kernel of the program by name (looked up once, then cached).

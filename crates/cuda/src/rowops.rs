@@ -18,6 +18,8 @@ pub const MAX_GROUP_VALUES: usize = 2048;
 /// (`attention_tile.cu`).
 const TILE_QH: usize = 32;
 const TILE_THREADS: u32 = 128;
+/// Threads per block of `attention_few.cu` (`FEW_THREADS`).
+const FEW_THREADS: u32 = 128;
 
 /// Shared memory of the tiled kernel for head dimension `hd` (`TileSmem`): queries and keys
 /// in padded rows, values, exponentials, five per-head arrays, then the int bookkeeping.
@@ -107,6 +109,7 @@ impl Gpu {
         keys: &AttnKeys,
         split: Option<AttnSplit>,
         out: &mut CudaSlice<f32>,
+        quant: Option<&mut DevAct>,
     ) -> Result<()> {
         let AttnDims {
             rows,
@@ -132,7 +135,30 @@ impl Gpu {
         let (h, kvh, hd) = (n_heads as i32, n_kv_heads as i32, head_dim as i32);
         let mc = split.as_ref().map_or(0, |sp| sp.max_chunks as i32);
         let z = split.as_ref().map_or(1, |sp| sp.splits.max(1)) as u32;
-        if let Some(tiles) = self.attention_tiles(&dims) {
+        let few = split.is_some() && rows <= self.att_few && matches!(head_dim, 64 | 128);
+        if let (true, Some(sp)) = (few, &split) {
+            let f = self.function(if head_dim == 128 {
+                "attention_few_128"
+            } else {
+                "attention_few_64"
+            })?;
+            let mut l = self.stream.launch_builder(&f);
+            push_keys(&mut l, q, keys);
+            l.arg(&h)
+                .arg(&kvh)
+                .arg(&scale)
+                .arg(&mc)
+                .arg(&*sp.part_ml)
+                .arg(&*sp.part_o);
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, n_kv_heads as u32, z),
+                block_dim: (FEW_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: argument types match the kernel; the metadata covers every position
+            // read and every row has at most `max_chunks` chunks (checked by the caller).
+            unsafe { l.launch(cfg) }?;
+        } else if let Some(tiles) = self.attention_tiles(&dims) {
             let f = self.function(if head_dim == 128 {
                 "attention_tile_128"
             } else {
@@ -190,8 +216,33 @@ impl Gpu {
             unsafe { l.launch(cfg) }?;
         }
         let Some(sp) = split else {
+            if let Some(act) = quant {
+                self.quantize_into(out, rows, qd, act)?;
+            }
             return Ok(());
         };
+        if let Some(act) = quant {
+            // The merge and the o matmul's input quantization in one launch.
+            let mut qa = QuantArgs::new(act, rows, qd)?;
+            let f = self.function("attention_merge_q")?;
+            let mut l = self.stream.launch_builder(&f);
+            l.arg(keys.meta)
+                .arg(&h)
+                .arg(&hd)
+                .arg(&mc)
+                .arg(&*sp.part_ml)
+                .arg(&*sp.part_o)
+                .arg(out);
+            qa.push(&mut l);
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, qd.div_ceil(256) as u32, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above; `QuantArgs` checked the quantized buffers' sizes.
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
         let f = self.function("attention_merge")?;
         let mut l = self.stream.launch_builder(&f);
         l.arg(keys.meta)
@@ -338,13 +389,14 @@ impl Gpu {
 
 /// What `qkv_post` reads and writes for each row.
 pub struct QkvPost<'a> {
-    /// q, k and v of each row: q rows `q_stride` floats apart, k and v rows `kv_stride` apart
-    /// (views into one fused q|k|v buffer, or three buffers).
+    /// q, k and v of each row: q rows `q_stride` floats apart, k rows `k_stride` and v rows
+    /// `v_stride` apart (views into one fused q|k|v buffer, a q|k buffer and v, or three).
     pub q: CudaView<'a, f32>,
     pub k: CudaView<'a, f32>,
     pub v: CudaView<'a, f32>,
     pub q_stride: usize,
-    pub kv_stride: usize,
+    pub k_stride: usize,
+    pub v_stride: usize,
     pub bq: Option<&'a CudaSlice<f32>>,
     pub bk: Option<&'a CudaSlice<f32>>,
     pub bv: Option<&'a CudaSlice<f32>>,
@@ -424,8 +476,12 @@ impl Gpu {
                 Err(CudaError::Usage("qkv_post: buffer sizes".into()))
             };
         }
-        let (nq, nkv) = ((rows - 1) * p.q_stride, (rows - 1) * p.kv_stride);
-        if p.q.len() < nq + qd || p.k.len() < nkv + kvd || p.v.len() < nkv + kvd {
+        let (nq, nk, nv) = (
+            (rows - 1) * p.q_stride,
+            (rows - 1) * p.k_stride,
+            (rows - 1) * p.v_stride,
+        );
+        if p.q.len() < nq + qd || p.k.len() < nk + kvd || p.v.len() < nv + kvd {
             return Err(CudaError::Usage("qkv_post: q/k/v sizes".into()));
         }
         let f = self.function("qkv_post")?;
@@ -436,7 +492,8 @@ impl Gpu {
         };
         let ints = [
             p.q_stride,
-            p.kv_stride,
+            p.k_stride,
+            p.v_stride,
             dims.n_heads,
             dims.n_kv_heads,
             dims.head_dim,
@@ -449,7 +506,12 @@ impl Gpu {
         };
         let null = 0u64;
         let mut l = self.stream.launch_builder(&f);
-        l.arg(&p.q).arg(&p.k).arg(&p.v).arg(&ints[0]).arg(&ints[1]);
+        l.arg(&p.q)
+            .arg(&p.k)
+            .arg(&p.v)
+            .arg(&ints[0])
+            .arg(&ints[1])
+            .arg(&ints[2]);
         for b in [p.bq, p.bk, p.bv] {
             match b {
                 Some(b) => l.arg(b),
@@ -458,10 +520,10 @@ impl Gpu {
         }
         l.arg(p.pos)
             .arg(p.slot)
-            .arg(&ints[2])
             .arg(&ints[3])
             .arg(&ints[4])
             .arg(&ints[5])
+            .arg(&ints[6])
             .arg(&style)
             .arg(p.cs)
             .arg(qo)

@@ -2,7 +2,7 @@
 //! fused where the fused kernel runs the same operations (q|k|v and gate|up matmuls in one
 //! launch, biases + RoPE + KV write, residual add + the next RMSNorm).
 
-use super::scratch::{matmul, SPLIT_ROWS};
+use super::scratch::{matmul, matmul_pair, SPLIT_ROWS};
 use super::weights::Group;
 use super::CudaRunner;
 use crate::rowops::{AttnDims, AttnKeys, AttnSplit, QkvPost};
@@ -72,6 +72,19 @@ impl CudaRunner {
                         Group::Fused(w) => {
                             matmul(&gpu, w, &s.h, t + 1, m, &mut s.acts, &mut s.qkv)?;
                         }
+                        Group::Pair(qk, v) => {
+                            let ws = (qk, v);
+                            matmul_pair(
+                                &gpu,
+                                ws,
+                                &s.h,
+                                t + 1,
+                                m,
+                                &mut s.acts,
+                                &mut s.qkv,
+                                &mut s.v,
+                            )?;
+                        }
                         Group::Split(ws) => {
                             matmul(&gpu, &ws[0], &s.h, t + 1, m, &mut s.acts, &mut s.tmp)?;
                             matmul(&gpu, &ws[1], &s.h, t + 1, m, &mut s.acts, &mut s.k)?;
@@ -79,24 +92,35 @@ impl CudaRunner {
                         }
                     }
                     prof.mark(&gpu, "qkv");
-                    let (q, k, v, q_stride, kv_stride) = match group {
+                    // (q, k, v, q / k / v row strides)
+                    let (q, k, v, strides) = match group {
                         Group::Fused(_) => {
                             let stride = qd + 2 * kvd;
-                            let (q, k, v) = (0, qd, qd + kvd);
                             let b = &s.qkv;
-                            (b.slice(q..), b.slice(k..), b.slice(v..), stride, stride)
+                            let (q, k, v) = (b.slice(0..), b.slice(qd..), b.slice(qd + kvd..));
+                            (q, k, v, [stride; 3])
+                        }
+                        Group::Pair(..) => {
+                            let (b, stride) = (&s.qkv, qd + kvd);
+                            (
+                                b.slice(0..),
+                                b.slice(qd..),
+                                s.v.slice(0..),
+                                [stride, stride, kvd],
+                            )
                         }
                         Group::Split(_) => {
                             let (q, k, v) = (s.tmp.slice(0..), s.k.slice(0..), s.v.slice(0..));
-                            (q, k, v, qd, kvd)
+                            (q, k, v, [qd, kvd, kvd])
                         }
                     };
                     let post = QkvPost {
                         q,
                         k,
                         v,
-                        q_stride,
-                        kv_stride,
+                        q_stride: strides[0],
+                        k_stride: strides[1],
+                        v_stride: strides[2],
                         bq: lw.bq.as_ref(),
                         bk: lw.bk.as_ref(),
                         bv: lw.bv.as_ref(),
@@ -127,7 +151,9 @@ impl CudaRunner {
                 part_ml: &mut s.part_ml,
                 part_o: &mut s.part_o,
             });
-            gpu.attention(dims, &s.q, &keys, split, &mut s.att)?;
+            // The merge of the split form also quantizes its output for the o matmul.
+            let q = s.acts.output_for(&lw.wo, t + 2);
+            gpu.attention(dims, &s.q, &keys, split, &mut s.att, q)?;
             prof.mark(&gpu, "attn");
             matmul(&gpu, &lw.wo, &s.att, t + 2, m, &mut s.acts, &mut s.o)?;
             prof.mark(&gpu, "wo");
@@ -141,6 +167,9 @@ impl CudaRunner {
                     prof.mark(&gpu, "gate_up");
                     let q = s.acts.output_for(&lw.w_down, t + 4);
                     gpu.swiglu_fused(&s.gu, f, m, &mut s.act, q)?;
+                }
+                Group::Pair(..) => {
+                    return Err(crate::CudaError::Usage("gate|up grouped as a pair".into()))
                 }
                 Group::Split(ws) => {
                     matmul(&gpu, &ws[0], &s.h, t + 3, m, &mut s.acts, &mut s.gate)?;

@@ -135,6 +135,43 @@ impl Scratch {
     }
 }
 
+/// `out1 = x · w1ᵀ`, `out2 = x · w2ᵀ`: one few-row launch where a pair kernel applies, else
+/// [`matmul`] twice.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_pair(
+    gpu: &Gpu,
+    (w1, w2): (&DevMatrix, &DevMatrix),
+    x: &CudaSlice<f32>,
+    tag: u64,
+    rows: usize,
+    acts: &mut ActCache,
+    out1: &mut CudaSlice<f32>,
+    out2: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let few = rows <= gpu.gemv_rows && w1.interleaved && w2.interleaved;
+    if few
+        && act_block(w1.dtype) == Some(ActBlock::B256)
+        && act_block(w2.dtype) == act_block(w1.dtype)
+    {
+        if acts.tag256 != tag {
+            gpu.quantize_into(x, rows, w1.k, &mut acts.a256)?;
+            acts.tag256 = tag;
+        }
+        let done = gpu.matmul_gemv_pair(
+            (w1.dtype, &w1.data, w1.n),
+            (w2.dtype, &w2.data, w2.n),
+            &acts.a256,
+            out1,
+            out2,
+        )?;
+        if done {
+            return Ok(());
+        }
+    }
+    matmul(gpu, w1, x, tag, rows, acts, out1)?;
+    matmul(gpu, w2, x, tag, rows, acts, out2)
+}
+
 /// `out = x · wᵀ` for `rows` rows: float weights take `x` as it is, quantized weights its
 /// quantized form (made once per input `tag`).
 pub fn matmul(
@@ -157,7 +194,10 @@ pub fn matmul(
                 gpu.quantize_into(x, rows, w.k, act)?;
                 *held = tag;
             }
-            if w.interleaved && (gpu.mma || w.dtype == DType::Q6K) {
+            let gemv = rows <= gpu.gemv_rows && w.interleaved;
+            if let Some(c) = gemv.then(|| gpu.gemv_cfg(w.dtype, rows, w.k)).flatten() {
+                gpu.matmul_gemv(w.dtype, &w.data, w.n, act, out, Some(c))
+            } else if w.interleaved && (gpu.mma || w.dtype == DType::Q6K) {
                 gpu.matmul_mma(w.dtype, &w.data, w.n, act, out, None)
             } else if w.interleaved {
                 gpu.matmul_q4k_interleaved(&w.data, w.n, act, out)

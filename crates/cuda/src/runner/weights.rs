@@ -22,9 +22,11 @@ pub struct DevMatrix {
 }
 
 /// Matrices reading the same input: one matrix of all their rows when they share a tensor type
-/// (one launch), else each on its own.
+/// (one launch); q|k joined and v apart when only q and k do (a Q4_K_M layer with a Q6_K v:
+/// one few-row launch for both); else each on its own.
 pub enum Group {
     Fused(DevMatrix),
+    Pair(DevMatrix, DevMatrix),
     Split(Vec<DevMatrix>),
 }
 
@@ -32,7 +34,7 @@ impl Group {
     /// The first matrix (the one whose input quantization the others share).
     pub fn first(&self) -> &DevMatrix {
         match self {
-            Group::Fused(m) => m,
+            Group::Fused(m) | Group::Pair(m, _) => m,
             Group::Split(ms) => &ms[0],
         }
     }
@@ -94,19 +96,31 @@ impl Uploader<'_> {
         })
     }
 
-    /// The matrices as one (rows concatenated) when they share type and width.
+    /// The matrices as one (rows concatenated) when they share type and width; for three
+    /// matrices of which the first two do, those two joined and the third apart.
     fn group(&mut self, ms: &[&WeightMatrix], fuse: bool) -> Result<Group> {
-        let same = fuse && ms.iter().all(|m| m.dtype == ms[0].dtype && m.k == ms[0].k);
-        if !same || !std::env::var("TENSORFOLD_CUDA_FUSE").map_or(true, |v| v != "0") {
-            return Ok(Group::Split(
-                ms.iter().map(|m| self.matrix(m)).collect::<Result<_>>()?,
-            ));
+        let fuse = fuse && std::env::var("TENSORFOLD_CUDA_FUSE").map_or(true, |v| v != "0");
+        let alike = |ms: &[&WeightMatrix]| {
+            fuse && ms.iter().all(|m| m.dtype == ms[0].dtype && m.k == ms[0].k)
+        };
+        if alike(ms) {
+            return Ok(Group::Fused(self.joined(ms)?));
         }
+        if ms.len() == 3 && alike(&ms[..2]) && ms[2].k == ms[0].k {
+            return Ok(Group::Pair(self.joined(&ms[..2])?, self.matrix(ms[2])?));
+        }
+        Ok(Group::Split(
+            ms.iter().map(|m| self.matrix(m)).collect::<Result<_>>()?,
+        ))
+    }
+
+    /// One matrix of the rows of `ms` (same type and width), in order.
+    fn joined(&mut self, ms: &[&WeightMatrix]) -> Result<DevMatrix> {
         let bytes: Vec<u8> = ms.iter().flat_map(|m| m.data.iter().copied()).collect();
         let n = ms.iter().map(|m| m.n).sum();
         let joined = WeightMatrix::new(ms[0].dtype, ms[0].k, n, &bytes)
             .ok_or_else(|| CudaError::Usage("fused matrix size".into()))?;
-        Ok(Group::Fused(self.matrix(&joined)?))
+        self.matrix(&joined)
     }
 
     fn floats(&mut self, v: &[f32]) -> Result<CudaSlice<f32>> {

@@ -1,0 +1,153 @@
+//! `gpu-check`'s few-row matmul cases (`tf_cuda::gemv`): every configuration against the CPU at
+//! the matrix shapes of a decode step (long k, so each warp takes several blocks; a partial
+//! last tile of columns), and each shape's time against the tensor-core kernel it replaces.
+
+use anyhow::{Context, Result};
+use tf_core::DType;
+use tf_cuda::gemv::GvCfg;
+use tf_cuda::Gpu;
+use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
+use tf_kernels::{SimdLevel, ThreadPool};
+
+use crate::gpu_check_ops::{activations, bits_equal, time, Row};
+
+/// (name, type, n, k): Qwen2.5-7B's and -1.5B's decode matrices (q|k|v, o, gate|up, down).
+const SHAPES: &[(&str, DType, usize, usize)] = &[
+    ("7B qkv", DType::Q4K, 4608, 3584),
+    ("7B o", DType::Q4K, 3584, 3584),
+    ("7B gate|up", DType::Q4K, 37888, 3584),
+    ("7B down", DType::Q4K, 3584, 18944),
+    ("7B down", DType::Q6K, 3584, 18944),
+    ("7B v", DType::Q6K, 512, 3584),
+    ("1.5B qkv", DType::Q4K, 2048, 1536),
+    ("1.5B gate|up", DType::Q4K, 17920, 1536),
+    ("1.5B down", DType::Q6K, 1536, 8960),
+    ("odd", DType::Q4K, 100, 2560),
+    ("odd", DType::Q6K, 100, 2560),
+];
+
+pub fn run(
+    gpu: &Gpu,
+    level: SimdLevel,
+    pool: &ThreadPool,
+    seed: u64,
+    table: &mut Vec<Row>,
+) -> Result<()> {
+    let mut speed = Vec::new();
+    for (si, &(name, dtype, n, k)) in SHAPES.iter().enumerate() {
+        let wbytes = tf_weights::random_blocks(dtype, n * k, seed ^ (si as u64 * 104_729));
+        let w = WeightMatrix::new(dtype, k, n, &wbytes).context("weight matrix")?;
+        let rows_max = tf_cuda::gemv::GV_MAX_ROWS;
+        let x = activations(rows_max, k, seed ^ 0x6e6d);
+        let acts = Activations::new(level, &x, rows_max, k);
+        let mut want = vec![0f32; rows_max * n];
+        matmul(pool, &w, &acts, &mut want);
+        let il = tf_cuda::ops::interleave(dtype, &wbytes, n, k).expect("Q4_K or Q6_K");
+        let dil = gpu.upload(&il)?;
+        let dx = gpu.upload(&x)?;
+        for rows in 1..=rows_max {
+            let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
+            let mut out = gpu.zeros::<f32>(rows * n)?;
+            let mut mma = || gpu.matmul_mma(dtype, &dil, n, &act, &mut out, None);
+            mma()?;
+            let mma_us = gpu.time_calls(20, &mut mma)?;
+            for &cfg in GvCfg::all(dtype)
+                .iter()
+                .filter(|c| c.r >= rows && c.fits(k, gpu.smem_optin))
+            {
+                let mut go = || gpu.matmul_gemv(dtype, &dil, n, &act, &mut out, Some(cfg));
+                go()?;
+                let micros = time(gpu, || Ok(go()?))?;
+                let stream_us = gpu.time_calls(20, &mut go)?;
+                let got = gpu.download(&out)?;
+                let (equal, max_diff) = bits_equal(&got, &want[..rows * n]);
+                table.push(Row {
+                    op: format!("matmul gemv {}", cfg.suffix()),
+                    ty: format!("{dtype} {n}x{k}"),
+                    rows,
+                    equal,
+                    total: rows * n,
+                    max_diff,
+                    micros,
+                });
+                speed.push((
+                    name,
+                    dtype,
+                    n,
+                    k,
+                    rows,
+                    cfg,
+                    stream_us,
+                    mma_us,
+                    wbytes.len(),
+                ));
+            }
+        }
+    }
+    pair(gpu, level, pool, seed, table)?;
+    println!();
+    // Times per call from CUDA events around back-to-back launches (as in a decode graph, no
+    // host synchronization in between).
+    println!("| gemv speed | type | n x k | rows | config | time (µs) | GB/s | mma (µs) |");
+    println!("| --- | --- | --- | ---: | --- | ---: | ---: | ---: |");
+    for (name, dtype, n, k, rows, cfg, us, mma_us, bytes) in speed {
+        println!(
+            "| {name} | {dtype} | {n} x {k} | {rows} | {} | {us:.1} | {:.0} | {mma_us:.1} |",
+            cfg.suffix(),
+            bytes as f64 / us / 1e3
+        );
+    }
+    println!();
+    Ok(())
+}
+
+/// The pair kernel (q|k in Q4_K and v in Q6_K in one launch) at 7B's and 1.5B's shapes: both
+/// outputs against the CPU, one and two rows.
+fn pair(
+    gpu: &Gpu,
+    level: SimdLevel,
+    pool: &ThreadPool,
+    seed: u64,
+    table: &mut Vec<Row>,
+) -> Result<()> {
+    for (n1, n2, k) in [(4096, 512, 3584), (1792, 256, 1536)] {
+        let mut mats = Vec::new();
+        for (i, (dtype, n)) in [(DType::Q4K, n1), (DType::Q6K, n2)].into_iter().enumerate() {
+            let bytes = tf_weights::random_blocks(dtype, n * k, seed ^ (0x9a1 + i as u64));
+            let il = tf_cuda::ops::interleave(dtype, &bytes, n, k).expect("Q4_K or Q6_K");
+            mats.push((dtype, n, bytes, gpu.upload(&il)?));
+        }
+        let x = activations(2, k, seed ^ 0x9a1);
+        let acts = Activations::new(level, &x, 2, k);
+        let dx = gpu.upload(&x)?;
+        for rows in 1..=2 {
+            let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
+            let mut o1 = gpu.zeros::<f32>(rows * n1)?;
+            let mut o2 = gpu.zeros::<f32>(rows * n2)?;
+            let (a, b) = (&mats[0], &mats[1]);
+            let mut go =
+                || gpu.matmul_gemv_pair((a.0, &a.3, a.1), (b.0, &b.3, b.1), &act, &mut o1, &mut o2);
+            if !go()? {
+                anyhow::bail!("gemv pair: no kernel for {rows} rows at k={k}");
+            }
+            let micros = gpu.time_calls(20, || go().map(|_| ()))?;
+            for (m, out) in [(a, &o1), (b, &o2)] {
+                let w = WeightMatrix::new(m.0, k, m.1, &m.2).context("weight matrix")?;
+                let mut want = vec![0f32; 2 * m.1];
+                matmul(pool, &w, &acts, &mut want);
+                let got = gpu.download(out)?;
+                let (equal, max_diff) = bits_equal(&got, &want[..rows * m.1]);
+                table.push(Row {
+                    op: "matmul gemv pair".into(),
+                    ty: format!("{} {}x{k} of {n1}+{n2}", m.0, m.1),
+                    rows,
+                    equal,
+                    total: rows * m.1,
+                    max_diff,
+                    micros,
+                });
+            }
+        }
+    }
+    Ok(())
+}

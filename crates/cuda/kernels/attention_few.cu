@@ -1,0 +1,193 @@
+// Split attention for few rows (decode, small verify rounds): the partials of `attention_merge`
+// for each (row, head, chunk), with the canonical operations of `attention.cu`. One block of
+// FEW_THREADS per (row, KV head, split); the split's chunks in turn (z, z + splits, ...). Per
+// chunk the block stages the chunk's keys lane-major (element l + 16j at l * HD/16 + j, so a
+// lane's values are two float4 loads apart) and holds each thread's value column in registers:
+//   scores: warp w, lane p takes key p and query heads w, w + 4, ...; the canonical dot (lane l
+//     = elements l, l + 16, ... by ascending FMAs, then the fold 8, 4, 2, 1) times scale;
+//   the chunk max (order-free, shuffles), e = canon_exp(s - m), the chunk sum in ascending key
+//     order (one lane per head), value sums oc[d] = fma(e, v[d], oc[d]) in ascending key order
+//     (thread t: dimension t % HD of heads t / HD, t / HD + 128 / HD, ...).
+// Unlike the tiled kernel, no work is spent on heads a row does not have, and there is one
+// barrier per phase.
+
+#define FEW_THREADS 128
+#define FEW_HEADS 16
+
+template <int HD>
+struct FewSmem {
+    float q[FEW_HEADS][HD];           // lane-major
+    float k[KEY_CHUNK][HD + 4];       // lane-major, padded rows
+    float e[FEW_HEADS][KEY_CHUNK];    // exp(s - m)
+    float cm[FEW_HEADS];
+    int slots[KEY_CHUNK];
+};
+
+template <int HD>
+__device__ __forceinline__ void attn_few(const float* __restrict__ q, const float* __restrict__ kc,
+                                         const float* __restrict__ vc, const int* meta,
+                                         const int* tables, const int* remaps, int n_heads,
+                                         int n_kv_heads, float scale, int max_chunks,
+                                         float* part_ml, float* part_o) {
+    __shared__ __align__(16) FewSmem<HD> sm;
+    constexpr int W = HD / 16;             // elements per dot lane
+    constexpr int HS = FEW_THREADS / HD;   // head sets of the value phase
+    const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
+    const int lane = t % 32, wp = t / 32;
+    const int G = n_heads / n_kv_heads;
+    const int* m = meta + 4 * r;
+    const int nk = m[1];
+    const int n_chunks = (nk + KEY_CHUNK - 1) / KEY_CHUNK;
+    if ((int)blockIdx.z >= n_chunks) return;
+    const int qd = n_heads * HD, kv_dim = n_kv_heads * HD;
+    // The group's query heads, lane-major (every load issued before any is used).
+    {
+        constexpr int QV = FEW_HEADS * HD / 4 / FEW_THREADS;
+        const float4* qr = reinterpret_cast<const float4*>(q + (size_t)r * qd + (size_t)(kvh * G) * HD);
+        float4 x[QV];
+#pragma unroll
+        for (int j = 0; j < QV; j++) {
+            const int i = t + j * FEW_THREADS;
+            if (i < G * HD / 4) x[j] = qr[i];
+        }
+#pragma unroll
+        for (int j = 0; j < QV; j++) {
+            const int i = t + j * FEW_THREADS;
+            if (i < G * HD / 4) {
+                const int h = 4 * i / HD, e = 4 * i % HD;
+                sm.q[h][(e & 15) * W + (e >> 4)] = x[j].x;
+                sm.q[h][((e + 1) & 15) * W + ((e + 1) >> 4)] = x[j].y;
+                sm.q[h][((e + 2) & 15) * W + ((e + 2) >> 4)] = x[j].z;
+                sm.q[h][((e + 3) & 15) * W + ((e + 3) >> 4)] = x[j].w;
+            }
+        }
+    }
+    const int vd = t % HD, vh0 = t / HD;  // value phase: dimension vd of heads vh0 + HS j
+    for (int c = blockIdx.z; c < n_chunks; c += gridDim.z) {
+        const int c0 = c * KEY_CHUNK, np = min(KEY_CHUNK, nk - c0);
+        __syncthreads();  // the previous chunk is done with k, e, slots
+        if (t < np) sm.slots[t] = attn_slot(m, tables, remaps, c0 + t);
+        __syncthreads();
+        // Keys to shared memory (lane-major); this thread's value column to registers.
+        // Every load of the chunk is issued before any is used.
+        constexpr int KV = KEY_CHUNK * HD / 4 / FEW_THREADS;
+        float4 kx[KV];
+        float vr[KEY_CHUNK];
+#pragma unroll
+        for (int j = 0; j < KV; j++) {
+            const int i = t + j * FEW_THREADS, p = i / (HD / 4), c4 = i % (HD / 4);
+            if (p < np)
+                kx[j] = __ldg(reinterpret_cast<const float4*>(
+                    kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4));
+        }
+#pragma unroll
+        for (int p = 0; p < KEY_CHUNK; p++)
+            vr[p] = p < np ? __ldg(vc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + vd)
+                           : 0.0f;
+#pragma unroll
+        for (int j = 0; j < KV; j++) {
+            const int i = t + j * FEW_THREADS, p = i / (HD / 4), e = 4 * (i % (HD / 4));
+            if (p < np) {
+                sm.k[p][(e & 15) * W + (e >> 4)] = kx[j].x;
+                sm.k[p][((e + 1) & 15) * W + ((e + 1) >> 4)] = kx[j].y;
+                sm.k[p][((e + 2) & 15) * W + ((e + 2) >> 4)] = kx[j].z;
+                sm.k[p][((e + 3) & 15) * W + ((e + 3) >> 4)] = kx[j].w;
+            }
+        }
+        __syncthreads();
+        // Scores of key `lane` for heads wp, wp + 4, ...; max and exponentials per head.
+        for (int h = wp; h < G; h += FEW_THREADS / 32) {
+            float s = NEG_INF;
+            if (lane < np) {
+                float acc[16];
+#pragma unroll
+                for (int l = 0; l < 16; l++) {
+                    acc[l] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < W; j += 4) {
+                        const float4 a = *reinterpret_cast<const float4*>(&sm.q[h][l * W + j]);
+                        const float4 b = *reinterpret_cast<const float4*>(&sm.k[lane][l * W + j]);
+                        acc[l] = fmaf(a.x, b.x, acc[l]);
+                        acc[l] = fmaf(a.y, b.y, acc[l]);
+                        acc[l] = fmaf(a.z, b.z, acc[l]);
+                        acc[l] = fmaf(a.w, b.w, acc[l]);
+                    }
+                }
+#pragma unroll
+                for (int l = 0; l < 8; l++) acc[l] = __fadd_rn(acc[l], acc[l + 8]);
+#pragma unroll
+                for (int l = 0; l < 4; l++) acc[l] = __fadd_rn(acc[l], acc[l + 4]);
+                acc[0] = __fadd_rn(acc[0], acc[2]);
+                acc[1] = __fadd_rn(acc[1], acc[3]);
+                acc[0] = __fadd_rn(acc[0], acc[1]);
+                s = __fmul_rn(acc[0], scale);
+            }
+            float mx = s;
+            for (int x = 16; x > 0; x >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, x));
+            sm.e[h][lane] = lane < np ? canon_exp(__fsub_rn(s, mx)) : 0.0f;
+            __syncwarp();
+            if (lane == 0) {
+                float l = 0.0f;
+                for (int p = 0; p < np; p++) l = __fadd_rn(l, sm.e[h][p]);
+                const size_t at = ((size_t)r * n_heads + kvh * G + h) * max_chunks + c;
+                part_ml[2 * at] = mx;
+                part_ml[2 * at + 1] = l;
+            }
+        }
+        __syncthreads();
+        // Value sums in ascending key order.
+        for (int h = vh0; h < G; h += HS) {
+            float oc = 0.0f;
+#pragma unroll
+            for (int p = 0; p < KEY_CHUNK; p++)
+                if (p < np) oc = fmaf(sm.e[h][p], vr[p], oc);
+            const size_t at = ((size_t)r * n_heads + kvh * G + h) * max_chunks + c;
+            part_o[at * HD + vd] = oc;
+        }
+    }
+}
+
+#define ATTN_FEW_KERNEL(name, hd)                                                              \
+    extern "C" __global__ void __launch_bounds__(FEW_THREADS)                                  \
+        name(const float* q, const float* kc, const float* vc, const int* meta,                \
+             const int* tables, const int* remaps, int n_heads, int n_kv_heads, float scale,   \
+             int max_chunks, float* part_ml, float* part_o) {                                  \
+        attn_few<hd>(q, kc, vc, meta, tables, remaps, n_heads, n_kv_heads, scale, max_chunks,  \
+                     part_ml, part_o);                                                         \
+    }
+
+ATTN_FEW_KERNEL(attention_few_128, 128)
+ATTN_FEW_KERNEL(attention_few_64, 64)
+
+// `attention_merge` followed by `actq` of the merged rows (the input of the o matmul), one
+// launch: block (r, j) merges values 256 j .. 256 j + 255 of row r (thread t: one value, the
+// chunks folded in ascending order as `attention_merge` does), stages them, and quantizes their
+// blocks of `bl` values with `actq_block`, one warp per block.
+extern "C" __global__ void __launch_bounds__(256)
+    attention_merge_q(const int* meta, int n_heads, int hd, int max_chunks,
+                      const float* part_ml, const float* part_o, float* out, int bl, int sl,
+                      i8* qs, float* d, i16* sums) {
+    __shared__ float sv[256];
+    const int r = blockIdx.x, v0 = blockIdx.y * 256, t = threadIdx.x, i = v0 + t;
+    const int qd = n_heads * hd;
+    if (i < qd) {
+        const int h = i / hd, dd = i % hd;
+        const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
+        const size_t base = ((size_t)r * n_heads + h) * max_chunks;
+        float bm = NEG_INF, bl_ = 0.0f, o = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < n_chunks; c++) {
+            attn_merge(c == 0, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
+                       part_o[(base + c) * hd + dd], bm, bl_, o);
+        }
+        const float val = bl_ > 0.0f ? __fdiv_rn(o, bl_) : o;
+        out[(size_t)r * qd + i] = val;
+        sv[t] = val;
+    }
+    __syncthreads();
+    const int nblk = min(256, qd - v0) / bl, w = t / 32;
+    if (w < nblk) {
+        const size_t at = (size_t)r * qd + v0 + (size_t)w * bl;
+        actq_block(sv + w * bl, bl, sl, t % 32, qs + at, d + at / bl, sums + at / sl);
+    }
+}

@@ -1,0 +1,262 @@
+//! Few-row quantized matmuls (`matmul_gemv.cu`): decode's one row and small verify rounds, for
+//! Q4_K and Q6_K weights interleaved by 32 columns; one lane per column, dp4a, the CPU's float
+//! chain per block.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use tf_core::DType;
+use tf_kernels::actq::ActBlock;
+
+use crate::ops::{grid, interleaved_len, DevAct};
+use crate::{CudaError, Gpu, Result};
+
+/// One compiled configuration: up to `r` rows, `w` warps per thread block, `pf` with the next
+/// block's weights loaded during the current one's sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GvCfg {
+    pub r: usize,
+    pub w: usize,
+    pub pf: bool,
+}
+
+const fn cfg(r: usize, w: usize, pf: bool) -> GvCfg {
+    GvCfg { r, w, pf }
+}
+
+/// Every configuration `matmul_gemv.cu` compiles, per type (`GV_KERNEL` lines).
+pub const GV_Q4K: &[GvCfg] = &[
+    cfg(1, 8, true),
+    cfg(1, 16, true),
+    cfg(1, 8, false),
+    cfg(1, 4, true),
+    cfg(2, 8, true),
+    cfg(4, 8, true),
+];
+pub const GV_Q6K: &[GvCfg] = &[
+    cfg(1, 8, true),
+    cfg(1, 8, false),
+    cfg(1, 16, false),
+    cfg(1, 16, true),
+    cfg(2, 8, false),
+    cfg(4, 8, false),
+];
+
+/// The most rows any configuration takes.
+pub const GV_MAX_ROWS: usize = 4;
+
+impl GvCfg {
+    /// The compiled configurations of `dtype` (empty for other types).
+    pub fn all(dtype: DType) -> &'static [GvCfg] {
+        match dtype {
+            DType::Q4K => GV_Q4K,
+            DType::Q6K => GV_Q6K,
+            _ => &[],
+        }
+    }
+
+    /// The kernel's name suffix (after the type's base name).
+    pub fn suffix(&self) -> String {
+        format!("{}_{}{}", self.r, self.w, if self.pf { "p" } else { "n" })
+    }
+
+    /// Whether a call at inner dimension `k` fits this configuration's shared memory on a GPU
+    /// that allows `smem` bytes per block.
+    pub fn fits(&self, k: usize, smem: usize) -> bool {
+        k.is_multiple_of(256) && self.smem(k / 256) <= smem
+    }
+
+    /// The configurations to try for `rows` rows of `dtype` at inner dimension `k`, best first
+    /// (every one gives the same bits; the order from `gpu-check`'s gemv speed table on the
+    /// H200, per call in a stream of launches: e.g. Q4_K one row at 7B's q|k|v / o / gate|up /
+    /// down 6.3 / 5.1 / 24.2 / 11.2 µs with `4_8p`, 1.5B's q|k|v / gate|up 4.2 / 6.6 µs with
+    /// `1_4p`).
+    pub fn preferred(dtype: DType, rows: usize, k: usize) -> &'static [GvCfg] {
+        const Q4K_1: &[GvCfg] = &[cfg(4, 8, true), cfg(1, 8, true)];
+        const Q4K_1S: &[GvCfg] = &[cfg(1, 4, true), cfg(1, 8, true)];
+        const Q4K_2: &[GvCfg] = &[cfg(4, 8, true), cfg(2, 8, true)];
+        const Q4K_4: &[GvCfg] = &[cfg(4, 8, true)];
+        const Q6K_1: &[GvCfg] = &[cfg(1, 16, true), cfg(1, 8, true)];
+        const Q6K_2: &[GvCfg] = &[cfg(2, 8, false), cfg(4, 8, false)];
+        const Q6K_4: &[GvCfg] = &[cfg(4, 8, false)];
+        match (dtype, rows) {
+            (DType::Q4K, 0 | 1) if k <= 8 * 256 => Q4K_1S,
+            (DType::Q4K, 0 | 1) => Q4K_1,
+            (DType::Q4K, 2) => Q4K_2,
+            (DType::Q4K, 3 | 4) => Q4K_4,
+            (DType::Q6K, 0 | 1) => Q6K_1,
+            (DType::Q6K, 2) => Q6K_2,
+            (DType::Q6K, 3 | 4) => Q6K_4,
+            _ => &[],
+        }
+    }
+
+    /// Shared memory for `nb` blocks of k: per block `r` rows x 32 columns of two ints, then
+    /// 32 columns of two floats; then `r` activation rows (256 int8 values, 16 i16 sums and
+    /// one f32 scale per block).
+    fn smem(&self, nb: usize) -> usize {
+        nb * 32 * 8 * (self.r + 1) + self.r * nb * (256 + 32 + 4)
+    }
+}
+
+impl Gpu {
+    /// The few-row configuration for `rows` rows of `dtype` at inner dimension `k` on this
+    /// GPU, `None` where the few-row kernels do not apply (then the tensor-core kernels do).
+    pub fn gemv_cfg(&self, dtype: DType, rows: usize, k: usize) -> Option<GvCfg> {
+        GvCfg::preferred(dtype, rows, k)
+            .iter()
+            .copied()
+            .find(|c| c.fits(k, self.smem_optin))
+    }
+
+    /// `out = x · wᵀ` for up to [`GV_MAX_ROWS`] rows of Q4_K or Q6_K weights in their
+    /// interleaved layout; `cfg` `None` picks the configuration by row count.
+    pub fn matmul_gemv(
+        &self,
+        dtype: DType,
+        w: &CudaSlice<u8>,
+        n: usize,
+        x: &DevAct,
+        out: &mut CudaSlice<f32>,
+        cfg: Option<GvCfg>,
+    ) -> Result<()> {
+        let base = match dtype {
+            DType::Q4K => "gv_q4k",
+            DType::Q6K => "gv_q6k",
+            _ => return Err(CudaError::Usage(format!("no gemv kernel for {dtype}"))),
+        };
+        let cfg = match cfg.or_else(|| self.gemv_cfg(dtype, x.rows, x.k)) {
+            Some(c) if GvCfg::all(dtype).contains(&c) && x.rows <= c.r => c,
+            _ => {
+                return Err(CudaError::Usage(format!(
+                    "matmul_gemv: no kernel for {} rows ({cfg:?})",
+                    x.rows
+                )))
+            }
+        };
+        let need = interleaved_len(dtype, n, x.k).unwrap_or(usize::MAX);
+        let smem = cfg.smem(x.k / 256);
+        if x.block != ActBlock::B256
+            || !x.k.is_multiple_of(256)
+            || w.len() < need
+            || out.len() < x.rows * n
+            || smem > self.smem_optin
+        {
+            return Err(CudaError::Usage("matmul_gemv: sizes".into()));
+        }
+        let name = format!("{base}_{}", cfg.suffix());
+        let f = self.function(&name)?;
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )?;
+        let launch = LaunchConfig {
+            grid_dim: (grid(n, 32), 1, 1),
+            block_dim: ((32 * cfg.w) as u32, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout and
+        // `smem` bytes of dynamic shared memory.
+        unsafe { self.launch_quant(&name, launch, w, n, x, out) }
+    }
+}
+
+impl Gpu {
+    /// `out1 = x · w1ᵀ` and `out2 = x · w2ᵀ` in one launch, for Q4_K `w1` and Q6_K `w2`
+    /// (interleaved) and up to 2 rows; `false` (nothing launched) where no pair kernel applies.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_gemv_pair(
+        &self,
+        (d1, w1, n1): (DType, &CudaSlice<u8>, usize),
+        (d2, w2, n2): (DType, &CudaSlice<u8>, usize),
+        x: &DevAct,
+        out1: &mut CudaSlice<f32>,
+        out2: &mut CudaSlice<f32>,
+    ) -> Result<bool> {
+        let r = match x.rows {
+            1 => 1,
+            2 => 2,
+            _ => return Ok(false),
+        };
+        // The kernels' configurations (`GV_PAIR` lines): Q4_K 8 warps with prefetch, Q6_K 8
+        // warps, with prefetch for one row.
+        let c1 = cfg(r, 8, true);
+        let c2 = cfg(r, 8, r == 1);
+        let k = x.k;
+        let smem = c1.smem(k / 256).max(c2.smem(k / 256));
+        if (d1, d2) != (DType::Q4K, DType::Q6K)
+            || x.block != ActBlock::B256
+            || !k.is_multiple_of(256)
+            || smem > self.smem_optin
+        {
+            return Ok(false);
+        }
+        if w1.len() < interleaved_len(d1, n1, k).unwrap_or(usize::MAX)
+            || w2.len() < interleaved_len(d2, n2, k).unwrap_or(usize::MAX)
+            || out1.len() < x.rows * n1
+            || out2.len() < x.rows * n2
+        {
+            return Err(CudaError::Usage("matmul_gemv_pair: sizes".into()));
+        }
+        let f = self.function(&format!("gvp_q4k_q6k_{r}"))?;
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )?;
+        let launch = LaunchConfig {
+            grid_dim: (grid(n1, 32) + grid(n2, 32), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        let (n1i, n2i, ki, ri) = (n1 as i32, n2 as i32, k as i32, x.rows as i32);
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(w1)
+            .arg(&n1i)
+            .arg(out1)
+            .arg(w2)
+            .arg(&n2i)
+            .arg(out2)
+            .arg(&ki)
+            .arg(&x.qs)
+            .arg(&x.d)
+            .arg(&x.sums)
+            .arg(&ri);
+        // SAFETY: sizes checked above; each half reads tiles of its interleaved layout and
+        // `smem` bytes of dynamic shared memory.
+        unsafe { l.launch(launch) }?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_configuration_is_compiled_and_every_few_rows_have_one() {
+        let src = include_str!("../kernels/matmul_gemv.cu");
+        for (base, dtype) in [("gv_q4k", DType::Q4K), ("gv_q6k", DType::Q6K)] {
+            let ty = if dtype == DType::Q4K {
+                "GvQ4K"
+            } else {
+                "GvQ6K"
+            };
+            for c in GvCfg::all(dtype) {
+                let line = format!(
+                    "GV_KERNEL({base}, {ty}, {}, {}, {}, {})",
+                    c.r,
+                    c.w,
+                    c.pf,
+                    if c.pf { "p" } else { "n" }
+                );
+                assert!(src.contains(&line), "{line}");
+            }
+            for rows in 1..=GV_MAX_ROWS {
+                let cs = GvCfg::preferred(dtype, rows, 3584);
+                assert!(!cs.is_empty());
+                for c in cs {
+                    assert!(c.r >= rows && GvCfg::all(dtype).contains(c), "{c:?}");
+                }
+            }
+            assert!(GvCfg::preferred(dtype, GV_MAX_ROWS + 1, 3584).is_empty());
+        }
+    }
+}
