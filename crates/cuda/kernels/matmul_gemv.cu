@@ -182,14 +182,10 @@ __device__ __forceinline__ void matmul_gv(int tile, const u8* w, int n, int k, c
         matmul_gv<D, R, W, PF>(blockIdx.x, w, n, k, xq, xd, xs, rows, out);                    \
     }
 GV_KERNEL(gv_q4k, GvQ4K, 1, 8, true, p)
-GV_KERNEL(gv_q4k, GvQ4K, 1, 16, true, p)
-GV_KERNEL(gv_q4k, GvQ4K, 1, 8, false, n)
 GV_KERNEL(gv_q4k, GvQ4K, 1, 4, true, p)
 GV_KERNEL(gv_q4k, GvQ4K, 2, 8, true, p)
 GV_KERNEL(gv_q4k, GvQ4K, 4, 8, true, p)
 GV_KERNEL(gv_q6k, GvQ6K, 1, 8, true, p)
-GV_KERNEL(gv_q6k, GvQ6K, 1, 8, false, n)
-GV_KERNEL(gv_q6k, GvQ6K, 1, 16, false, n)
 GV_KERNEL(gv_q6k, GvQ6K, 1, 16, true, p)
 GV_KERNEL(gv_q6k, GvQ6K, 2, 8, false, n)
 GV_KERNEL(gv_q6k, GvQ6K, 4, 8, false, n)
