@@ -35,27 +35,29 @@ pub fn run(
 ) -> Result<()> {
     let mut speed = Vec::new();
     for (si, &(name, dtype, n, k)) in SHAPES.iter().enumerate() {
-        let wbytes = tf_weights::random_blocks(dtype, n * k, seed ^ (si as u64 * 104_729));
-        let w = WeightMatrix::new(dtype, k, n, &wbytes).context("weight matrix")?;
         let rows_max = tf_cuda::gemv::GV_MAX_ROWS;
         let x = activations(rows_max, k, seed ^ 0x6e6d);
         let acts = Activations::new(level, &x, rows_max, k);
-        let mut want = vec![0f32; rows_max * n];
-        matmul(pool, &w, &acts, &mut want);
-        let il = tf_cuda::ops::interleave(dtype, &wbytes, n, k).expect("Q4_K or Q6_K");
-        let dil = gpu.upload(&il)?;
+        let m = TestMatrix::new(
+            gpu,
+            pool,
+            (dtype, n, k),
+            seed ^ (si as u64 * 104_729),
+            &acts,
+        )?;
+        let (dil, want) = (&m.dev, &m.want);
         let dx = gpu.upload(&x)?;
         for rows in 1..=rows_max {
             let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
             let mut out = gpu.zeros::<f32>(rows * n)?;
-            let mut mma = || gpu.matmul_mma(dtype, &dil, n, &act, &mut out, None);
+            let mut mma = || gpu.matmul_mma(dtype, dil, n, &act, &mut out, None);
             mma()?;
             let mma_us = gpu.time_calls(20, &mut mma)?;
             for &cfg in GvCfg::all(dtype)
                 .iter()
                 .filter(|c| c.r >= rows && c.fits(k, gpu.smem_optin))
             {
-                let mut go = || gpu.matmul_gemv(dtype, &dil, n, &act, &mut out, Some(cfg));
+                let mut go = || gpu.matmul_gemv(dtype, dil, n, &act, &mut out, Some(cfg));
                 go()?;
                 let micros = time(gpu, || Ok(go()?))?;
                 let stream_us = gpu.time_calls(20, &mut go)?;
@@ -79,7 +81,7 @@ pub fn run(
                     cfg,
                     stream_us,
                     mma_us,
-                    wbytes.len(),
+                    dtype.bytes_for(n * k).unwrap_or(0),
                 ));
             }
         }
@@ -111,38 +113,30 @@ fn pair(
     table: &mut Vec<Row>,
 ) -> Result<()> {
     for (n1, n2, k) in [(4096, 512, 3584), (1792, 256, 1536)] {
-        let mut mats = Vec::new();
-        for (i, (dtype, n)) in [(DType::Q4K, n1), (DType::Q6K, n2)].into_iter().enumerate() {
-            let bytes = tf_weights::random_blocks(dtype, n * k, seed ^ (0x9a1 + i as u64));
-            let il = tf_cuda::ops::interleave(dtype, &bytes, n, k).expect("Q4_K or Q6_K");
-            mats.push((dtype, n, bytes, gpu.upload(&il)?));
-        }
         let x = activations(2, k, seed ^ 0x9a1);
         let acts = Activations::new(level, &x, 2, k);
         let dx = gpu.upload(&x)?;
+        let a = TestMatrix::new(gpu, pool, (DType::Q4K, n1, k), seed ^ 0x9a1, &acts)?;
+        let b = TestMatrix::new(gpu, pool, (DType::Q6K, n2, k), seed ^ 0x9a2, &acts)?;
         for rows in 1..=2 {
             let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
             let mut o1 = gpu.zeros::<f32>(rows * n1)?;
             let mut o2 = gpu.zeros::<f32>(rows * n2)?;
-            let (a, b) = (&mats[0], &mats[1]);
-            let mut go =
-                || gpu.matmul_gemv_pair((a.0, &a.3, a.1), (b.0, &b.3, b.1), &act, &mut o1, &mut o2);
+            let (ma, mb) = ((a.dtype, &a.dev, n1), (b.dtype, &b.dev, n2));
+            let mut go = || gpu.matmul_gemv_pair(ma, mb, &act, &mut o1, &mut o2);
             if !go()? {
                 anyhow::bail!("gemv pair: no kernel for {rows} rows at k={k}");
             }
             let micros = gpu.time_calls(20, || go().map(|_| ()))?;
-            for (m, out) in [(a, &o1), (b, &o2)] {
-                let w = WeightMatrix::new(m.0, k, m.1, &m.2).context("weight matrix")?;
-                let mut want = vec![0f32; 2 * m.1];
-                matmul(pool, &w, &acts, &mut want);
+            for (m, n, out) in [(&a, n1, &o1), (&b, n2, &o2)] {
                 let got = gpu.download(out)?;
-                let (equal, max_diff) = bits_equal(&got, &want[..rows * m.1]);
+                let (equal, max_diff) = bits_equal(&got, &m.want[..rows * n]);
                 table.push(Row {
                     op: "matmul gemv pair".into(),
-                    ty: format!("{} {}x{k} of {n1}+{n2}", m.0, m.1),
+                    ty: format!("{} {n}x{k} of {n1}+{n2}", m.dtype),
                     rows,
                     equal,
-                    total: rows * m.1,
+                    total: rows * n,
                     max_diff,
                     micros,
                 });
@@ -150,4 +144,33 @@ fn pair(
         }
     }
     Ok(())
+}
+
+/// A random matrix of `dtype` (`n` rows of `k`) interleaved on the device, with the CPU's
+/// product of it and `acts`.
+struct TestMatrix {
+    dtype: DType,
+    dev: tf_cuda::CudaSlice<u8>,
+    want: Vec<f32>,
+}
+
+impl TestMatrix {
+    fn new(
+        gpu: &Gpu,
+        pool: &ThreadPool,
+        (dtype, n, k): (DType, usize, usize),
+        seed: u64,
+        acts: &Activations,
+    ) -> Result<TestMatrix> {
+        let bytes = tf_weights::random_blocks(dtype, n * k, seed);
+        let w = WeightMatrix::new(dtype, k, n, &bytes).context("weight matrix")?;
+        let mut want = vec![0f32; acts.rows * n];
+        matmul(pool, &w, acts, &mut want);
+        let il = tf_cuda::ops::interleave(dtype, &bytes, n, k).context("Q4_K or Q6_K")?;
+        Ok(TestMatrix {
+            dtype,
+            dev: gpu.upload(&il)?,
+            want,
+        })
+    }
 }

@@ -210,11 +210,11 @@ extern "C" __global__ void attention_split(const float* q, const float* kc, cons
     }
 }
 
-extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd, int max_chunks,
-                                           const float* part_ml, const float* part_o,
-                                           float* out) {
-    const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
-    if (t >= hd) return;
+// Dimension t of row r's head h: its chunks' partials folded from chunk 0 with the merge
+// above, then o / L.
+__device__ __forceinline__ float attn_merged(const int* meta, int r, int n_heads, int h, int hd,
+                                             int t, int max_chunks, const float* part_ml,
+                                             const float* part_o) {
     const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
     const size_t base = ((size_t)r * n_heads + h) * max_chunks;
     float bm = NEG_INF, bl = 0.0f, o = 0.0f;
@@ -223,5 +223,14 @@ extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd,
         attn_merge(c == 0, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
                    part_o[(base + c) * hd + t], bm, bl, o);
     }
-    out[((size_t)r * n_heads + h) * hd + t] = bl > 0.0f ? __fdiv_rn(o, bl) : o;
+    return bl > 0.0f ? __fdiv_rn(o, bl) : o;
+}
+
+extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd, int max_chunks,
+                                           const float* part_ml, const float* part_o,
+                                           float* out) {
+    const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
+    if (t >= hd) return;
+    out[((size_t)r * n_heads + h) * hd + t] =
+        attn_merged(meta, r, n_heads, h, hd, t, max_chunks, part_ml, part_o);
 }

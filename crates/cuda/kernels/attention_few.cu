@@ -171,16 +171,8 @@ extern "C" __global__ void __launch_bounds__(256)
     const int r = blockIdx.x, v0 = blockIdx.y * 256, t = threadIdx.x, i = v0 + t;
     const int qd = n_heads * hd;
     if (i < qd) {
-        const int h = i / hd, dd = i % hd;
-        const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
-        const size_t base = ((size_t)r * n_heads + h) * max_chunks;
-        float bm = NEG_INF, bl_ = 0.0f, o = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < n_chunks; c++) {
-            attn_merge(c == 0, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
-                       part_o[(base + c) * hd + dd], bm, bl_, o);
-        }
-        const float val = bl_ > 0.0f ? __fdiv_rn(o, bl_) : o;
+        const float val =
+            attn_merged(meta, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
         out[(size_t)r * qd + i] = val;
         sv[t] = val;
     }

@@ -15,6 +15,7 @@ pub mod ops;
 pub mod rowops;
 pub mod runner;
 
+pub use cudarc::driver::CudaSlice;
 pub use runner::CudaRunner;
 
 use std::collections::HashMap;

@@ -221,29 +221,12 @@ impl Gpu {
             }
             return Ok(());
         };
-        if let Some(act) = quant {
-            // The merge and the o matmul's input quantization in one launch.
-            let mut qa = QuantArgs::new(act, rows, qd)?;
-            let f = self.function("attention_merge_q")?;
-            let mut l = self.stream.launch_builder(&f);
-            l.arg(keys.meta)
-                .arg(&h)
-                .arg(&hd)
-                .arg(&mc)
-                .arg(&*sp.part_ml)
-                .arg(&*sp.part_o)
-                .arg(out);
-            qa.push(&mut l);
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, qd.div_ceil(256) as u32, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: as above; `QuantArgs` checked the quantized buffers' sizes.
-            unsafe { l.launch(cfg) }?;
-            return Ok(());
-        }
-        let f = self.function("attention_merge")?;
+        // With `quant`, the merge also quantizes its output for the o matmul (one launch).
+        let mut qa = quant.map(|act| QuantArgs::new(act, rows, qd)).transpose()?;
+        let f = self.function(match qa {
+            Some(_) => "attention_merge_q",
+            None => "attention_merge",
+        })?;
         let mut l = self.stream.launch_builder(&f);
         l.arg(keys.meta)
             .arg(&h)
@@ -252,12 +235,20 @@ impl Gpu {
             .arg(&*sp.part_ml)
             .arg(&*sp.part_o)
             .arg(out);
-        // SAFETY: as above.
+        // attention_merge_q: a block per 256 values of a row; attention_merge: per head.
+        let (grid, block) = match &mut qa {
+            Some(qa) => {
+                qa.push(&mut l);
+                ((rows as u32, qd.div_ceil(256) as u32, 1), 256)
+            }
+            None => ((rows as u32, n_heads as u32, 1), head_dim as u32),
+        };
         let cfg = LaunchConfig {
-            grid_dim: (rows as u32, n_heads as u32, 1),
-            block_dim: (head_dim as u32, 1, 1),
+            grid_dim: grid,
+            block_dim: (block, 1, 1),
             shared_mem_bytes: 0,
         };
+        // SAFETY: as above; `QuantArgs` checked the quantized buffers' sizes.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }

@@ -24,6 +24,27 @@ pub struct ActCache {
 }
 
 impl ActCache {
+    /// `x` (`rows` rows of `k`) quantized in `block`s, made once per input `tag`.
+    fn quantized(
+        &mut self,
+        gpu: &Gpu,
+        block: ActBlock,
+        x: &CudaSlice<f32>,
+        tag: u64,
+        rows: usize,
+        k: usize,
+    ) -> Result<&DevAct> {
+        let (act, held) = match block {
+            ActBlock::B32 => (&mut self.a32, &mut self.tag32),
+            ActBlock::B256 => (&mut self.a256, &mut self.tag256),
+        };
+        if *held != tag {
+            gpu.quantize_into(x, rows, k, act)?;
+            *held = tag;
+        }
+        Ok(act)
+    }
+
     /// The buffer a kernel quantizing its output for a matmul of `w` (tagged `tag`) writes into,
     /// marked as holding that input; `None` when `w` takes float activations.
     pub fn output_for(&mut self, w: &DevMatrix, tag: u64) -> Option<&mut DevAct> {
@@ -149,22 +170,12 @@ pub fn matmul_pair(
     out2: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let few = rows <= gpu.gemv_rows && w1.interleaved && w2.interleaved;
-    if few
-        && act_block(w1.dtype) == Some(ActBlock::B256)
-        && act_block(w2.dtype) == act_block(w1.dtype)
-    {
-        if acts.tag256 != tag {
-            gpu.quantize_into(x, rows, w1.k, &mut acts.a256)?;
-            acts.tag256 = tag;
-        }
-        let done = gpu.matmul_gemv_pair(
-            (w1.dtype, &w1.data, w1.n),
-            (w2.dtype, &w2.data, w2.n),
-            &acts.a256,
-            out1,
-            out2,
-        )?;
-        if done {
+    if let (true, Some(block)) = (few, act_block(w1.dtype)) {
+        // The quantized input is the one `matmul(w1)` would make; the pair kernel checks the
+        // types and launches nothing where it does not apply.
+        let act = acts.quantized(gpu, block, x, tag, rows, w1.k)?;
+        let (m1, m2) = ((w1.dtype, &w1.data, w1.n), (w2.dtype, &w2.data, w2.n));
+        if gpu.matmul_gemv_pair(m1, m2, act, out1, out2)? {
             return Ok(());
         }
     }
@@ -186,14 +197,7 @@ pub fn matmul(
     match act_block(w.dtype) {
         None => gpu.matmul_f(w.dtype, &w.data, w.n, w.k, x, rows, out),
         Some(block) => {
-            let (act, held) = match block {
-                ActBlock::B32 => (&mut acts.a32, &mut acts.tag32),
-                ActBlock::B256 => (&mut acts.a256, &mut acts.tag256),
-            };
-            if *held != tag {
-                gpu.quantize_into(x, rows, w.k, act)?;
-                *held = tag;
-            }
+            let act = acts.quantized(gpu, block, x, tag, rows, w.k)?;
             let gemv = rows <= gpu.gemv_rows && w.interleaved;
             if let Some(c) = gemv.then(|| gpu.gemv_cfg(w.dtype, rows, w.k)).flatten() {
                 gpu.matmul_gemv(w.dtype, &w.data, w.n, act, out, Some(c))
