@@ -56,6 +56,7 @@ __device__ __forceinline__ void actq_row(const float* xs, int n, int bl, int sl,
 
 extern "C" __global__ void actq(const float* x, int n_blocks, int bl, int sl, i8* qs, float* d,
                                 i16* sums) {
+    pdl_enter();
     int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;  // whole warps leave together
     actq_block(x + (size_t)b * bl, bl, sl, threadIdx.x % 32, qs + (size_t)b * bl, d + b,

@@ -139,6 +139,7 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
                                      const int* meta, const int* tables, const int* remaps,
                                      int n_heads, int n_kv_heads, int hd, float scale,
                                      float* out) {
+    pdl_enter();
     __shared__ AttnSmem sm;
     const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
     const int g_n = n_heads / n_kv_heads;
@@ -185,6 +186,7 @@ extern "C" __global__ void attention_split(const float* q, const float* kc, cons
                                            const int* remaps, int n_heads, int n_kv_heads,
                                            int hd, float scale, int max_chunks, float* part_ml,
                                            float* part_o) {
+    pdl_enter();
     __shared__ AttnSmem sm;
     const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
     const int g_n = n_heads / n_kv_heads;
@@ -229,6 +231,7 @@ __device__ __forceinline__ float attn_merged(const int* meta, int r, int n_heads
 extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd, int max_chunks,
                                            const float* part_ml, const float* part_o,
                                            float* out) {
+    pdl_enter();
     const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
     if (t >= hd) return;
     out[((size_t)r * n_heads + h) * hd + t] =

@@ -151,7 +151,7 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const floa
     extern "C" __global__ void __launch_bounds__(FEW_THREADS)                                  \
         name(const float* q, const float* kc, const float* vc, const int* meta,                \
              const int* tables, const int* remaps, int n_heads, int n_kv_heads, float scale,   \
-             int max_chunks, float* part_ml, float* part_o) {                                  \
+             int max_chunks, float* part_ml, float* part_o) { pdl_enter();                     \
         attn_few<hd>(q, kc, vc, meta, tables, remaps, n_heads, n_kv_heads, scale, max_chunks,  \
                      part_ml, part_o);                                                         \
     }
@@ -167,6 +167,7 @@ extern "C" __global__ void __launch_bounds__(256)
     attention_merge_q(const int* meta, int n_heads, int hd, int max_chunks,
                       const float* part_ml, const float* part_o, float* out, int bl, int sl,
                       i8* qs, float* d, i16* sums) {
+    pdl_enter();
     __shared__ float sv[256];
     const int r = blockIdx.x, v0 = blockIdx.y * 256, t = threadIdx.x, i = v0 + t;
     const int qd = n_heads * hd;

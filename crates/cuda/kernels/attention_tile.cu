@@ -368,7 +368,7 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
     extern "C" __global__ void __launch_bounds__(TILE_THREADS)                                 \
         name(const float* q, const float* kc, const float* vc, const int* meta,                \
              const int* tables, const int* remaps, int rows, int n_heads, int n_kv_heads,      \
-             float scale, float* out, int max_chunks, float* part_ml, float* part_o) {         \
+             float scale, float* out, int max_chunks, float* part_ml, float* part_o) { pdl_enter(); \
         attn_tile<hd>(q, kc, vc, meta, tables, remaps, rows, n_heads, n_kv_heads, scale, out,  \
                       max_chunks, part_ml, part_o);                                            \
     }

@@ -8,6 +8,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
                  const float* __restrict__ w, int n, float eps, int rows,
                  float* __restrict__ out) {
+    pdl_enter();
     rms_row<false, true>(x, y, x, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
 }
 
@@ -15,6 +16,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     add_rms_norm_q(float* __restrict__ x, const float* __restrict__ y,
                    const float* __restrict__ w, int n, float eps, int rows,
                    float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
+    pdl_enter();
     rms_row<true, true>(x, y, x, w, n, eps, rows, out, bl, sl, qs, d, sums);
 }
 
@@ -34,6 +36,7 @@ extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
              const int* __restrict__ slot, int n_heads, int n_kv_heads, int hd, int rot_dim,
              int style, const float* __restrict__ cs, float* __restrict__ qo,
              float* __restrict__ kc, float* __restrict__ vc) {
+    pdl_enter();
     const int r = blockIdx.x;
     const int half = rot_dim / 2, rest = hd - rot_dim;
     const int qd = n_heads * hd, kvd = n_kv_heads * hd;
@@ -84,6 +87,7 @@ extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
 // out[r * f + i] = silu(gu[r * 2f + i]) * gu[r * 2f + f + i] (`swiglu` over a fused gate|up
 // output).
 extern "C" __global__ void swiglu_fused(const float* gu, int f, int rows, float* out) {
+    pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * f) return;
     int r = i / f, c = i % f;
@@ -98,6 +102,7 @@ extern "C" __global__ void swiglu_fused(const float* gu, int f, int rows, float*
 extern "C" __global__ void swiglu_fused_q(const float* __restrict__ gu, int f, int rows,
                                           float* __restrict__ out, int bl, int sl, i8* qs,
                                           float* d, i16* sums) {
+    pdl_enter();
     __shared__ float vs[4][256];
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int b = blockIdx.x * 4 + w, per_row = f / bl;

@@ -34,7 +34,7 @@ __device__ __forceinline__ void matmul_f(const u8* w, int n, int k, const float*
 }
 
 #define MATMUL_F(name, T)                                                                    \
-    extern "C" __global__ void name(const u8* w, int n, int k, const float* x, float* out) { \
+    extern "C" __global__ void name(const u8* w, int n, int k, const float* x, float* out) { pdl_enter(); \
         matmul_f<T>(w, n, k, x, out);                                                        \
     }
 MATMUL_F(matmul_f32, F_F32)

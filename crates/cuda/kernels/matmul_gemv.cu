@@ -136,6 +136,9 @@ __device__ __forceinline__ void matmul_gv(int tile, const u8* w, int n, int k, c
     float* s_d = (float*)(s_s + (size_t)R * nsr);            // [R][nb]
     D cur, nxt;
     if (wp < nb) cur.load(wt + (size_t)wp * D::TB, lane);
+    // The weights are constant: their first loads are issued before waiting for the kernel
+    // that writes the activations (`pdl_enter`).
+    pdl_enter();
     // Stage the activations while the first weights are on their way (rows past `rows` are
     // never read).
     for (int i = threadIdx.x; i < rows * k / 16; i += 32 * W)

@@ -434,7 +434,7 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
 #define MMA_KERNEL(name, D, NT, S, RW)                                                         \
     extern "C" __global__ void __launch_bounds__(32 * S * RW)                                  \
         name##_##NT##_##S##_##RW(const u8* w, int n, int k, const i8* xq, const float* xd,     \
-                                 const i16* xs, int rows, float* out) {                        \
+                                 const i16* xs, int rows, float* out) { pdl_enter();           \
         matmul_mma<D, NT, S, RW>(w, n, k, xq, xd, xs, rows, out);                              \
     }
 #define MMA_CONFIGS(name, D)      \
@@ -452,7 +452,7 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
 #define MMA_STAGED(name, D, NT, CW, RW)                                                        \
     extern "C" __global__ void __launch_bounds__(32 * CW * RW)                                 \
         name##_st_##NT##_##CW##_##RW(const u8* w, int n, int k, const i8* xq, const float* xd, \
-                                     const i16* xs, int rows, float* out) {                    \
+                                     const i16* xs, int rows, float* out) { pdl_enter();       \
         matmul_mma_staged<D, NT, CW, RW>(w, n, k, xq, xd, xs, rows, out);                      \
     }
 #define MMA_CONFIGS_ALL(name, D) \

@@ -186,11 +186,11 @@ __device__ __forceinline__ void matmul_q(const u8* w, int n, int k, const i8* xq
 
 #define MATMUL_Q(name, T)                                                                      \
     extern "C" __global__ void name(const u8* w, int n, int k, const i8* xq, const float* xd,  \
-                                    const i16* xs, int rows, float* out) {                     \
+                                    const i16* xs, int rows, float* out) { pdl_enter();        \
         matmul_q<T, 1>(w, n, k, xq, xd, xs, rows, out);                                        \
     }                                                                                          \
     extern "C" __global__ void name##_t8(const u8* w, int n, int k, const i8* xq,              \
-                                         const float* xd, const i16* xs, int rows, float* out) { \
+                                         const float* xd, const i16* xs, int rows, float* out) { pdl_enter(); \
         matmul_q<T, 8>(w, n, k, xq, xd, xs, rows, out);                                        \
     }
 MATMUL_Q(matmul_q4_0, T_Q4_0)

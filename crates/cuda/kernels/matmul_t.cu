@@ -223,12 +223,12 @@ __device__ __forceinline__ void matmul_t(const u8* w, int n, int k, const i8* xq
 #define MATMUL_T(name, T)                                                                     \
     extern "C" __global__ void __launch_bounds__(256)                                          \
         name(const u8* w, int n, int k, const i8* xq, const float* xd, const i16* xs,          \
-             int rows, float* out) {                                                           \
+             int rows, float* out) { pdl_enter();                                              \
         matmul_t<T, 8, 8, 32>(w, n, k, xq, xd, xs, rows, out);                                 \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(512)                                          \
         name##_r2(const u8* w, int n, int k, const i8* xq, const float* xd, const i16* xs,     \
-                  int rows, float* out) {                                                      \
+                  int rows, float* out) { pdl_enter();                                         \
         matmul_t<T, 2, 16, 32>(w, n, k, xq, xd, xs, rows, out);                                 \
     }
 MATMUL_T(matmul_tt_q4_0, T_Q4_0)
@@ -247,10 +247,12 @@ MATMUL_T(matmul_tt_q6k, T_Q6K)
 extern "C" __global__ void __launch_bounds__(256)
     matmul_tt_q4k_i(const u8* w, int n, int k, const i8* xq, const float* xd, const i16* xs,
                     int rows, float* out) {
+    pdl_enter();
     matmul_t<T_Q4K, 8, 8, 32, true>(w, n, k, xq, xd, xs, rows, out);
 }
 extern "C" __global__ void __launch_bounds__(512)
     matmul_tt_q4k_i_r2(const u8* w, int n, int k, const i8* xq, const float* xd, const i16* xs,
                        int rows, float* out) {
+    pdl_enter();
     matmul_t<T_Q4K, 2, 16, 32, true>(w, n, k, xq, xd, xs, rows, out);
 }

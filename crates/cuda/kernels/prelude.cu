@@ -51,3 +51,15 @@ __device__ __forceinline__ float block_step(float acc, int shape, float d, float
     float b = __fmul_rn(__fmul_rn(dmin, dx), __int2float_rn(msum));
     return __fadd_rn(acc, shape == 1 ? __fsub_rn(a, b) : __fadd_rn(a, b));
 }
+
+// Programmatic dependent launch (launch.rs): `pdl_wait` returns once the grid launched before
+// this one has completed and its writes are visible (at once where there is none, or the launch
+// did not ask for the overlap); then `launch_dependents` lets the next grid start its own
+// independent part. Every kernel calls this before its first read or write of a buffer that
+// another kernel touches.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}

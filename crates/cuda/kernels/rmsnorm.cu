@@ -138,6 +138,7 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm(const float* __restrict__ x, const float* __restrict__ w, int n, float eps, int rows,
              float* __restrict__ out) {
+    pdl_enter();
     rms_row<false, false>(x, nullptr, nullptr, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
 }
 
@@ -145,5 +146,6 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_q(const float* __restrict__ x, const float* __restrict__ w, int n, float eps,
                int rows, float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
+    pdl_enter();
     rms_row<true, false>(x, nullptr, nullptr, w, n, eps, rows, out, bl, sl, qs, d, sums);
 }

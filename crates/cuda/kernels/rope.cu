@@ -4,6 +4,7 @@
 // style 0: interleaved pairs (2i, 2i+1); 1: Neox pairs (i, i + rot_dim/2).
 extern "C" __global__ void rope(float* x, const int* pos, int rows, int n_heads, int head_dim,
                                 int rot_dim, int style, const float* cs) {
+    pdl_enter();
     int half = rot_dim / 2;
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= rows * n_heads * half) return;

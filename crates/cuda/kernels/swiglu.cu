@@ -23,6 +23,7 @@ __device__ __forceinline__ float canon_exp(float x) {
 }
 
 extern "C" __global__ void swiglu(const float* gate, const float* up, int len, float* out) {
+    pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     float g = gate[i];

@@ -2,7 +2,7 @@
 //! Q4_K and Q6_K weights interleaved by 32 columns; one lane per column, dp4a, the CPU's float
 //! chain per block.
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_core::DType;
 use tf_kernels::actq::ActBlock;
 
@@ -205,7 +205,7 @@ impl Gpu {
             shared_mem_bytes: smem as u32,
         };
         let (n1i, n2i, ki, ri) = (n1 as i32, n2 as i32, k as i32, x.rows as i32);
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(w1)
             .arg(&n1i)
             .arg(out1)

@@ -10,6 +10,7 @@
 
 pub mod compile;
 pub mod gemv;
+pub mod launch;
 pub mod mma;
 pub mod ops;
 pub mod rowops;
@@ -78,6 +79,9 @@ pub struct Gpu {
     /// Split attention of up to this many rows takes `attention_few.cu` (one block per row
     /// and KV head, no work for absent heads; `TENSORFOLD_CUDA_ATT_FEW=N`, `0` for the tiles).
     pub att_few: usize,
+    /// Launches ask for programmatic dependent launch (`launch.rs`; sm_90 and newer,
+    /// `TENSORFOLD_CUDA_PDL=0` turns it off).
+    pub pdl: bool,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
@@ -157,6 +161,7 @@ impl Gpu {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(4),
+            pdl: cc.0 >= 9 && !std::env::var("TENSORFOLD_CUDA_PDL").is_ok_and(|v| v == "0"),
             functions: Mutex::new(HashMap::new()),
         })
     }
@@ -183,6 +188,11 @@ impl Gpu {
         let f = self.module.load_function(name)?;
         cache.insert(name.to_string(), f.clone());
         Ok(f)
+    }
+
+    /// A launch of `f` on this GPU's stream (`launch::Launch`).
+    pub fn launcher<'a>(&'a self, f: &'a CudaFunction) -> launch::Launch<'a> {
+        launch::Launch::new(&self.stream, f, self.pdl)
     }
 
     pub fn sync(&self) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Host wrappers of the row-exact kernels: upload, launch, download.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, ValidAsZeroBits};
 use tf_core::DType;
 use tf_kernels::actq::ActBlock;
 use tf_kernels::ops::RopeStyle;
@@ -47,7 +47,7 @@ impl<'a> QuantArgs<'a> {
         })
     }
 
-    pub(crate) fn push<'b>(&'b mut self, l: &mut cudarc::driver::LaunchArgs<'b>) {
+    pub(crate) fn push(&mut self, l: &mut crate::launch::Launch) {
         l.arg(&self.bl)
             .arg(&self.sl)
             .arg(&mut self.act.qs)
@@ -242,7 +242,7 @@ impl Gpu {
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(x).arg(&nb);
         qa.push(&mut l);
         // SAFETY: argument types and lengths match the kernel's signature and indexing.
@@ -311,7 +311,7 @@ impl Gpu {
     ) -> Result<()> {
         let f = self.function(name)?;
         let (ni, ki, ri) = (n as i32, x.k as i32, x.rows as i32);
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(w)
             .arg(&ni)
             .arg(&ki)
@@ -400,7 +400,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let (ni, ki) = (n as i32, k as i32);
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(w).arg(&ni).arg(&ki).arg(x).arg(out);
         // SAFETY: as above.
         unsafe { l.launch(cfg) }?;
@@ -429,7 +429,7 @@ impl Gpu {
         } else {
             "rms_norm"
         })?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(x).arg(weight).arg(&ni).arg(&eps).arg(&ri).arg(out);
         let mut qa = q.map(|a| QuantArgs::new(a, rows, n)).transpose()?;
         if let Some(qa) = qa.as_mut() {
@@ -458,7 +458,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let n = len as i32;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(gate).arg(up).arg(&n).arg(out);
         // SAFETY: as above.
         unsafe { l.launch(cfg) }?;
@@ -494,7 +494,7 @@ impl Gpu {
             RopeStyle::Interleaved => 0i32,
             RopeStyle::Neox => 1,
         };
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(x)
             .arg(pos)
             .arg(&args[0])

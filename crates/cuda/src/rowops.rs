@@ -1,8 +1,9 @@
 //! Host wrappers of the forward pass's row bookkeeping and attention kernels
 //! (`kernels/rows.cu`, `kernels/attention.cu`).
 
+use crate::launch::Launch;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaSlice, CudaView, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, LaunchConfig};
 
 use crate::ops::{DevAct, QuantArgs};
 use crate::{CudaError, Gpu, Result};
@@ -30,7 +31,7 @@ fn tile_smem(hd: usize) -> usize {
 }
 
 /// The query rows and the cache description: the first arguments of every attention kernel.
-fn push_keys<'a>(l: &mut LaunchArgs<'a>, q: &'a CudaSlice<f32>, keys: &AttnKeys<'a>) {
+fn push_keys(l: &mut Launch, q: &CudaSlice<f32>, keys: &AttnKeys) {
     l.arg(q)
         .arg(keys.kc)
         .arg(keys.vc)
@@ -142,7 +143,7 @@ impl Gpu {
             } else {
                 "attention_few_64"
             })?;
-            let mut l = self.stream.launch_builder(&f);
+            let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
             l.arg(&h)
                 .arg(&kvh)
@@ -170,7 +171,7 @@ impl Gpu {
                 smem as i32,
             )?;
             let n = rows as i32;
-            let mut l = self.stream.launch_builder(&f);
+            let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
             l.arg(&n)
                 .arg(&h)
@@ -198,7 +199,7 @@ impl Gpu {
             } else {
                 "attention"
             })?;
-            let mut l = self.stream.launch_builder(&f);
+            let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
             l.arg(&h).arg(&kvh).arg(&hd).arg(&scale);
             match &split {
@@ -227,7 +228,7 @@ impl Gpu {
             Some(_) => "attention_merge_q",
             None => "attention_merge",
         })?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(keys.meta)
             .arg(&h)
             .arg(&hd)
@@ -278,7 +279,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let (ri, di) = (rows as i32, kv_dim as i32);
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(k).arg(v).arg(slot).arg(&ri).arg(&di).arg(kc).arg(vc);
         // SAFETY: slots were checked against the cache size on the host.
         unsafe { l.launch(cfg) }?;
@@ -292,7 +293,7 @@ impl Gpu {
         }
         let f = self.function("add_into")?;
         let n = len as i32;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(x).arg(y).arg(&n);
         // SAFETY: lengths checked above.
         unsafe { l.launch(LaunchConfig::for_num_elems(len.max(1) as u32)) }?;
@@ -312,7 +313,7 @@ impl Gpu {
         }
         let f = self.function("add_bias")?;
         let (ri, ni) = (rows as i32, n as i32);
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(x).arg(b).arg(&ri).arg(&ni);
         // SAFETY: lengths checked above.
         unsafe { l.launch(LaunchConfig::for_num_elems((rows * n).max(1) as u32)) }?;
@@ -341,7 +342,7 @@ impl Gpu {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(x).arg(idx).arg(&ni).arg(out);
         // SAFETY: indices were checked against the rows of `x` on the host.
         unsafe { l.launch(cfg) }?;
@@ -370,7 +371,7 @@ impl Gpu {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(pairs).arg(&np).arg(&di).arg(kc).arg(vc);
         // SAFETY: slots were checked against the cache size on the host.
         unsafe { l.launch(cfg) }?;
@@ -427,7 +428,7 @@ impl Gpu {
         })?;
         let cfg = crate::ops::rms_launch(rows);
         let (ni, ri) = (n as i32, rows as i32);
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(x)
             .arg(y)
             .arg(weight)
@@ -496,7 +497,7 @@ impl Gpu {
             tf_kernels::ops::RopeStyle::Neox => 1,
         };
         let null = 0u64;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.launcher(&f);
         l.arg(&p.q)
             .arg(&p.k)
             .arg(&p.v)
@@ -541,7 +542,7 @@ impl Gpu {
         let (fi, ri) = (f as i32, rows as i32);
         let Some(q) = q else {
             let func = self.function("swiglu_fused")?;
-            let mut l = self.stream.launch_builder(&func);
+            let mut l = self.launcher(&func);
             l.arg(gu).arg(&fi).arg(&ri).arg(out);
             // SAFETY: sizes checked above.
             unsafe { l.launch(LaunchConfig::for_num_elems((rows * f).max(1) as u32)) }?;
@@ -550,7 +551,7 @@ impl Gpu {
         let blocks = rows * f / q.block.values();
         let mut qa = QuantArgs::new(q, rows, f)?;
         let func = self.function("swiglu_fused_q")?;
-        let mut l = self.stream.launch_builder(&func);
+        let mut l = self.launcher(&func);
         l.arg(gu).arg(&fi).arg(&ri).arg(out);
         qa.push(&mut l);
         // One warp per block of quantized values, four warps per thread block.
