@@ -156,13 +156,26 @@ pub fn run(
                 meta.extend([toff[r.seq] as i32, r.pos as i32 + 1, base, roff]);
             }
             remaps.push(0);
+            // Each row's own position is the slot its call would write.
+            let fresh: Vec<i32> = rows
+                .iter()
+                .map(|r| {
+                    let s = match &r.remap {
+                        Some((base, sl)) if r.pos >= *base => sl[r.pos - base],
+                        _ => r.pos,
+                    };
+                    (tables[r.seq][s / BLOCK_SIZE] as usize * BLOCK_SIZE + s % BLOCK_SIZE) as i32
+                })
+                .collect();
             let (dq, dmeta, dremaps) = (gpu.upload(&q)?, gpu.upload(&meta)?, gpu.upload(&remaps)?);
+            let dfresh = gpu.upload(&fresh)?;
             let dkeys = AttnKeys {
                 kc: &dk,
                 vc: &dv,
                 meta: &dmeta,
                 tables: &dtables,
                 remaps: &dremaps,
+                fresh: &dfresh,
             };
             let dims = AttnDims {
                 rows: m,

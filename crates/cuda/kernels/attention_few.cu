@@ -21,25 +21,84 @@ struct FewSmem {
     float e[FEW_HEADS][KEY_CHUNK];    // exp(s - m)
     float cm[FEW_HEADS];
     int slots[KEY_CHUNK];
+    int fresh[KEY_CHUNK];  // written by this call (`attn_few`'s `fresh`)
 };
+
+// Chunk c's keys (`kx`, this thread's float4s) and this thread's value column (`vr`) for the
+// staged slots: every key when `pass` is 0, else only keys this call does not write (`pass`
+// 1) or only keys it does (`pass` 2), by `sm.fresh`. Every load is issued before any is used.
+template <int HD>
+__device__ __forceinline__ void few_load(const FewSmem<HD>& sm, const float* __restrict__ kc,
+                                         const float* __restrict__ vc, int kv_dim, int kvh,
+                                         int np, int pass, float4 (&kx)[KEY_CHUNK * HD / 4 / FEW_THREADS],
+                                         float (&vr)[KEY_CHUNK]) {
+    constexpr int KV = KEY_CHUNK * HD / 4 / FEW_THREADS;
+    const int t = threadIdx.x, vd = t % HD;
+#pragma unroll
+    for (int j = 0; j < KV; j++) {
+        const int i = t + j * FEW_THREADS, p = i / (HD / 4), c4 = i % (HD / 4);
+        if (p < np && (pass == 0 || sm.fresh[p] == (pass == 2)))
+            kx[j] = __ldg(reinterpret_cast<const float4*>(
+                kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4));
+    }
+#pragma unroll
+    for (int p = 0; p < KEY_CHUNK; p++) {
+        if (p < np && (pass == 0 || sm.fresh[p] == (pass == 2)))
+            vr[p] = __ldg(vc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + vd);
+        else if (pass < 2)
+            vr[p] = 0.0f;
+    }
+}
+
+// Slots of chunk keys c0 .. c0 + np (constant during a forward: the host wrote the tables),
+// and whether this call writes each (`fresh`: the slots of its rows).
+template <int HD>
+__device__ __forceinline__ void few_slots(FewSmem<HD>& sm, const int* m, const int* tables,
+                                          const int* remaps, const int* fresh, int c0, int np) {
+    const int t = threadIdx.x;
+    if (t < np) {
+        const int slot = attn_slot(m, tables, remaps, c0 + t);
+        int f = 0;
+        for (int rr = 0; rr < (int)gridDim.x; rr++) f |= fresh[rr] == slot;
+        sm.slots[t] = slot;
+        sm.fresh[t] = f;
+    }
+}
 
 template <int HD>
 __device__ __forceinline__ void attn_few(const float* __restrict__ q, const float* __restrict__ kc,
                                          const float* __restrict__ vc, const int* meta,
-                                         const int* tables, const int* remaps, int n_heads,
-                                         int n_kv_heads, float scale, int max_chunks,
-                                         float* part_ml, float* part_o) {
+                                         const int* tables, const int* remaps,
+                                         const int* fresh, int n_heads, int n_kv_heads,
+                                         float scale, int max_chunks, float* part_ml,
+                                         float* part_o) {
     __shared__ __align__(16) FewSmem<HD> sm;
     constexpr int W = HD / 16;             // elements per dot lane
     constexpr int HS = FEW_THREADS / HD;   // head sets of the value phase
+    constexpr int KV = KEY_CHUNK * HD / 4 / FEW_THREADS;
     const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
     const int lane = t % 32, wp = t / 32;
     const int G = n_heads / n_kv_heads;
+    const int qd = n_heads * HD, kv_dim = n_kv_heads * HD;
+    // Before waiting for the previous kernel (which writes the queries and this call's keys
+    // and values, nothing else this kernel reads): the first chunk's slots, and the keys and
+    // values that no row of this call writes.
     const int* m = meta + 4 * r;
     const int nk = m[1];
     const int n_chunks = (nk + KEY_CHUNK - 1) / KEY_CHUNK;
-    if ((int)blockIdx.z >= n_chunks) return;
-    const int qd = n_heads * HD, kv_dim = n_kv_heads * HD;
+    if ((int)blockIdx.z >= n_chunks) {
+        pdl_enter();
+        return;
+    }
+    float4 kx[KV];
+    float vr[KEY_CHUNK];
+    {
+        const int c0 = blockIdx.z * KEY_CHUNK;
+        few_slots(sm, m, tables, remaps, fresh, c0, min(KEY_CHUNK, nk - c0));
+        __syncthreads();
+        few_load(sm, kc, vc, kv_dim, kvh, min(KEY_CHUNK, nk - c0), 1, kx, vr);
+    }
+    pdl_enter();
     // The group's query heads, lane-major (every load issued before any is used).
     {
         constexpr int QV = FEW_HEADS * HD / 4 / FEW_THREADS;
@@ -65,25 +124,16 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const floa
     const int vd = t % HD, vh0 = t / HD;  // value phase: dimension vd of heads vh0 + HS j
     for (int c = blockIdx.z; c < n_chunks; c += gridDim.z) {
         const int c0 = c * KEY_CHUNK, np = min(KEY_CHUNK, nk - c0);
-        __syncthreads();  // the previous chunk is done with k, e, slots
-        if (t < np) sm.slots[t] = attn_slot(m, tables, remaps, c0 + t);
-        __syncthreads();
-        // Keys to shared memory (lane-major); this thread's value column to registers.
-        // Every load of the chunk is issued before any is used.
-        constexpr int KV = KEY_CHUNK * HD / 4 / FEW_THREADS;
-        float4 kx[KV];
-        float vr[KEY_CHUNK];
-#pragma unroll
-        for (int j = 0; j < KV; j++) {
-            const int i = t + j * FEW_THREADS, p = i / (HD / 4), c4 = i % (HD / 4);
-            if (p < np)
-                kx[j] = __ldg(reinterpret_cast<const float4*>(
-                    kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4));
+        if (c == (int)blockIdx.z) {
+            // The first chunk's slots are staged; the keys this call wrote are loaded now.
+            few_load(sm, kc, vc, kv_dim, kvh, np, 2, kx, vr);
+        } else {
+            __syncthreads();  // the previous chunk is done with k, e, slots
+            few_slots(sm, m, tables, remaps, fresh, c0, np);
+            __syncthreads();
+            few_load(sm, kc, vc, kv_dim, kvh, np, 0, kx, vr);
         }
-#pragma unroll
-        for (int p = 0; p < KEY_CHUNK; p++)
-            vr[p] = p < np ? __ldg(vc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + vd)
-                           : 0.0f;
+        // Keys to shared memory (lane-major); this thread's value column stays in registers.
 #pragma unroll
         for (int j = 0; j < KV; j++) {
             const int i = t + j * FEW_THREADS, p = i / (HD / 4), e = 4 * (i % (HD / 4));
@@ -150,10 +200,10 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const floa
 #define ATTN_FEW_KERNEL(name, hd)                                                              \
     extern "C" __global__ void __launch_bounds__(FEW_THREADS)                                  \
         name(const float* q, const float* kc, const float* vc, const int* meta,                \
-             const int* tables, const int* remaps, int n_heads, int n_kv_heads, float scale,   \
-             int max_chunks, float* part_ml, float* part_o) { pdl_enter();                     \
-        attn_few<hd>(q, kc, vc, meta, tables, remaps, n_heads, n_kv_heads, scale, max_chunks,  \
-                     part_ml, part_o);                                                         \
+             const int* tables, const int* remaps, const int* fresh, int n_heads,              \
+             int n_kv_heads, float scale, int max_chunks, float* part_ml, float* part_o) {     \
+        attn_few<hd>(q, kc, vc, meta, tables, remaps, fresh, n_heads, n_kv_heads, scale,       \
+                     max_chunks, part_ml, part_o);                                             \
     }
 
 ATTN_FEW_KERNEL(attention_few_128, 128)

@@ -8,7 +8,6 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
                  const float* __restrict__ w, int n, float eps, int rows,
                  float* __restrict__ out) {
-    pdl_enter();
     rms_row<false, true>(x, y, x, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
 }
 
@@ -16,18 +15,107 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     add_rms_norm_q(float* __restrict__ x, const float* __restrict__ y,
                    const float* __restrict__ w, int n, float eps, int rows,
                    float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
-    pdl_enter();
     rms_row<true, true>(x, y, x, w, n, eps, rows, out, bl, sl, qs, d, sums);
 }
 
 // After the q/k/v matmuls of row r (`blockIdx.x`): biases added (`add_bias`; null = none),
 // RoPE on q and k (`rope`), q written to `qo` (rows of n_heads * hd), k and v to cache slot
 // slot[r] (`kv_write`). q, k, v are read with row strides (they may share one fused buffer).
-// One pass, one item per thread: a rotary pair of a q or k head (both values biased, then
+// One item per thread at a time: a rotary pair of a q or k head (both values biased, then
 // rotated: the same operations as bias then RoPE), a v value, or a q / k value outside the
-// rotary dimensions (biased only). Nothing is read back, so a thread's loads are all in
-// flight at once.
+// rotary dimensions (biased only; `pair` false, the second value unused).
 #define QKV_POST_THREADS 1024
+#define QP_EARLY 3  // items per thread whose constants are read before `pdl_enter`
+
+// Item u: where its one or two values come from and go, and its constants (biases, cos, sin).
+struct QpItem {
+    int src0, src1;  // offsets into the q, k or v row (`from`: 0, 1, 2)
+    float* dst0;
+    float* dst1;
+    float b0, b1, c, s;
+    int from;
+    bool pair, biased;
+};
+
+struct QpArgs {
+    const float* bq;
+    const float* bk;
+    const float* bv;
+    const float* pcs;  // this row's cos / sin pairs
+    float* qw;
+    float* kw;
+    float* vw;
+    int n_heads, hd, rot_dim, style, qp, pairs, kvd;
+};
+
+// Reads only constants (the biases, the RoPE table) and the host-written position and slot.
+__device__ __forceinline__ QpItem qp_item(const QpArgs& a, int u) {
+    QpItem it;
+    const int half = a.rot_dim / 2, rest = a.hd - a.rot_dim;
+    it.b0 = it.b1 = 0.0f;
+    it.c = it.s = 0.0f;
+    if (u < a.pairs) {
+        const bool isq = u < a.qp;
+        const int e = isq ? u : u - a.qp, h = e / half, i = e % half;
+        const int x = a.style == 0 ? 2 * i : i;
+        const int y = a.style == 0 ? 2 * i + 1 : i + half;
+        const float* bias = isq ? a.bq : a.bk;
+        float* dst = (isq ? a.qw : a.kw) + (size_t)h * a.hd;
+        it.from = isq ? 0 : 1;
+        it.src0 = h * a.hd + x;
+        it.src1 = h * a.hd + y;
+        it.dst0 = dst + x;
+        it.dst1 = dst + y;
+        it.biased = bias != nullptr;
+        if (bias) {
+            it.b0 = bias[it.src0];
+            it.b1 = bias[it.src1];
+        }
+        it.c = a.pcs[2 * i];
+        it.s = a.pcs[2 * i + 1];
+        it.pair = true;
+    } else if (u < a.pairs + a.kvd) {
+        const int e = u - a.pairs;
+        it.from = 2;
+        it.src0 = it.src1 = e;
+        it.dst0 = it.dst1 = a.vw + e;
+        it.biased = a.bv != nullptr;
+        if (a.bv) it.b0 = a.bv[e];
+        it.pair = false;
+    } else {
+        const int e = u - a.pairs - a.kvd, hh = e / rest, j = a.rot_dim + e % rest;
+        const bool isq = hh < a.n_heads;
+        const int h = isq ? hh : hh - a.n_heads;
+        const float* bias = isq ? a.bq : a.bk;
+        it.from = isq ? 0 : 1;
+        it.src0 = it.src1 = h * a.hd + j;
+        it.dst0 = it.dst1 = (isq ? a.qw : a.kw) + it.src0;
+        it.biased = bias != nullptr;
+        if (bias) it.b0 = bias[it.src0];
+        it.pair = false;
+    }
+    return it;
+}
+
+// The item's values read, biased (where there is a bias), rotated (pairs) and written.
+__device__ __forceinline__ void qp_apply(const QpItem& it, const float* qr, const float* kr,
+                                         const float* vr) {
+    const float* src = it.from == 0 ? qr : it.from == 1 ? kr : vr;
+    float x0 = src[it.src0];
+    if (it.pair) {
+        float x1 = src[it.src1];
+        if (it.biased) {
+            x0 = __fadd_rn(x0, it.b0);
+            x1 = __fadd_rn(x1, it.b1);
+        }
+        *it.dst0 = __fsub_rn(__fmul_rn(x0, it.c), __fmul_rn(x1, it.s));
+        *it.dst1 = __fadd_rn(__fmul_rn(x0, it.s), __fmul_rn(x1, it.c));
+    } else {
+        if (it.biased) x0 = __fadd_rn(x0, it.b0);
+        *it.dst0 = x0;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
     qkv_post(const float* __restrict__ q, const float* __restrict__ k,
              const float* __restrict__ v, int q_stride, int k_stride, int v_stride,
@@ -36,51 +124,43 @@ extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
              const int* __restrict__ slot, int n_heads, int n_kv_heads, int hd, int rot_dim,
              int style, const float* __restrict__ cs, float* __restrict__ qo,
              float* __restrict__ kc, float* __restrict__ vc) {
-    pdl_enter();
     const int r = blockIdx.x;
     const int half = rot_dim / 2, rest = hd - rot_dim;
     const int qd = n_heads * hd, kvd = n_kv_heads * hd;
+    QpArgs a;
+    a.bq = bq;
+    a.bk = bk;
+    a.bv = bv;
+    a.pcs = cs + (size_t)pos[r] * half * 2;
+    a.qw = qo + (size_t)r * qd;
+    a.kw = kc + (size_t)slot[r] * kvd;
+    a.vw = vc + (size_t)slot[r] * kvd;
+    a.n_heads = n_heads;
+    a.hd = hd;
+    a.rot_dim = rot_dim;
+    a.style = style;
+    a.qp = n_heads * half;
+    a.pairs = a.qp + n_kv_heads * half;
+    a.kvd = kvd;
+    const int items = a.pairs + kvd + (n_heads + n_kv_heads) * rest;
+    // The first items' constants before waiting for the matmul that writes q, k, v.
+    QpItem early[QP_EARLY];
+#pragma unroll
+    for (int j = 0; j < QP_EARLY; j++) {
+        const int u = threadIdx.x + j * blockDim.x;
+        if (u < items) early[j] = qp_item(a, u);
+    }
+    pdl_enter();
     const float* qr = q + (size_t)r * q_stride;
     const float* kr = k + (size_t)r * k_stride;
     const float* vr = v + (size_t)r * v_stride;
-    const float* pcs = cs + (size_t)pos[r] * half * 2;
-    float* qw = qo + (size_t)r * qd;
-    float* kw = kc + (size_t)slot[r] * kvd;
-    float* vw = vc + (size_t)slot[r] * kvd;
-    const int qp = n_heads * half, kp = n_kv_heads * half;
-    const int pairs = qp + kp, plain = (n_heads + n_kv_heads) * rest;
-    for (int u = threadIdx.x; u < pairs + kvd + plain; u += blockDim.x) {
-        if (u < pairs) {
-            const bool isq = u < qp;
-            const int e = isq ? u : u - qp, h = e / half, i = e % half;
-            const float* src = (isq ? qr : kr) + (size_t)h * hd;
-            const float* bias = isq ? bq : bk;
-            float* dst = (isq ? qw : kw) + (size_t)h * hd;
-            const int a = style == 0 ? 2 * i : i;
-            const int b = style == 0 ? 2 * i + 1 : i + half;
-            float x0 = src[a], x1 = src[b];
-            if (bias) {
-                x0 = __fadd_rn(x0, bias[(size_t)h * hd + a]);
-                x1 = __fadd_rn(x1, bias[(size_t)h * hd + b]);
-            }
-            const float c = pcs[2 * i], s = pcs[2 * i + 1];
-            dst[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-            dst[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-        } else if (u < pairs + kvd) {
-            const int e = u - pairs;
-            float x = vr[e];
-            if (bv) x = __fadd_rn(x, bv[e]);
-            vw[e] = x;
-        } else {
-            const int e = u - pairs - kvd, hh = e / rest, j = rot_dim + e % rest;
-            const bool isq = hh < n_heads;
-            const int h = isq ? hh : hh - n_heads;
-            const size_t at = (size_t)h * hd + j;
-            float x = (isq ? qr : kr)[at];
-            const float* bias = isq ? bq : bk;
-            if (bias) x = __fadd_rn(x, bias[at]);
-            (isq ? qw : kw)[at] = x;
-        }
+#pragma unroll
+    for (int j = 0; j < QP_EARLY; j++) {
+        const int u = threadIdx.x + j * blockDim.x;
+        if (u < items) qp_apply(early[j], qr, kr, vr);
+    }
+    for (int u = threadIdx.x + QP_EARLY * blockDim.x; u < items; u += blockDim.x) {
+        qp_apply(qp_item(a, u), qr, kr, vr);
     }
 }
 

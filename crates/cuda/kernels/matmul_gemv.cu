@@ -135,9 +135,15 @@ __device__ __forceinline__ void matmul_gv(int tile, const u8* w, int n, int k, c
     i16* s_s = (i16*)(s_x + (size_t)R * k);                  // [R][k / 16]
     float* s_d = (float*)(s_s + (size_t)R * nsr);            // [R][nb]
     D cur, nxt;
+    // The weights are constant: before waiting for the kernel that writes the activations
+    // (`pdl_enter`), the warp's first block is loaded and its other blocks are fetched into L2
+    // (lane l: lines l, l + 32, ... of each), so that the memory works while that kernel ends.
     if (wp < nb) cur.load(wt + (size_t)wp * D::TB, lane);
-    // The weights are constant: their first loads are issued before waiting for the kernel
-    // that writes the activations (`pdl_enter`).
+    for (int b = wp + W; b < nb; b += W) {
+        const u8* tb = wt + (size_t)b * D::TB;
+        for (int line = lane; line * 128 < D::TB; line += 32)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(tb + line * 128));
+    }
     pdl_enter();
     // Stage the activations while the first weights are on their way (rows past `rows` are
     // never read).

@@ -4,7 +4,7 @@
 // by all threads, then lanes 0..15 of warp 0 run the canonical chain. A decode step has one
 // row, so the kernels are written for latency: rows of a multiple of 4 values move as float4,
 // each thread issues all its loads (x, y, w) before using any, and the weights are in
-// registers before the chain ends.
+// registers before the chain ends (loaded before `pdl_enter`: they are constant).
 
 #define RMS_MAX 8192
 #define RMS_THREADS 1024
@@ -19,13 +19,19 @@ __device__ __forceinline__ bool rms_stage(const float* x, const float* __restric
     if ((n & 3) == 0) {
         const int n4 = n / 4;
         float4 a[RMS_V4], b[RMS_V4];
+        // The weights are constant: loaded before waiting for the kernel that writes x, y.
+#pragma unroll
+        for (int j = 0; j < RMS_V4; j++) {
+            const int i = t + j * RMS_THREADS;
+            if (i < n4) wv[j] = reinterpret_cast<const float4*>(w)[i];
+        }
+        pdl_enter();
 #pragma unroll
         for (int j = 0; j < RMS_V4; j++) {
             const int i = t + j * RMS_THREADS;
             if (i < n4) {
                 a[j] = reinterpret_cast<const float4*>(x)[i];
                 if (y) b[j] = reinterpret_cast<const float4*>(y)[i];
-                wv[j] = reinterpret_cast<const float4*>(w)[i];
             }
         }
 #pragma unroll
@@ -45,6 +51,7 @@ __device__ __forceinline__ bool rms_stage(const float* x, const float* __restric
         }
         return true;
     }
+    pdl_enter();
     for (int i = t; i < n; i += RMS_THREADS) {
         float v = x[i];
         if (y) v = __fadd_rn(v, y[i]);
@@ -122,7 +129,10 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
     __shared__ __align__(16) float xs[RMS_MAX];
     __shared__ float r;
     const int row = blockIdx.x;
-    if (row >= rows) return;
+    if (row >= rows) {
+        pdl_enter();
+        return;
+    }
     const size_t at = (size_t)row * n;
     float4 wv[RMS_V4];
     const bool v4 =
@@ -138,7 +148,6 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm(const float* __restrict__ x, const float* __restrict__ w, int n, float eps, int rows,
              float* __restrict__ out) {
-    pdl_enter();
     rms_row<false, false>(x, nullptr, nullptr, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
 }
 
@@ -146,6 +155,5 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_q(const float* __restrict__ x, const float* __restrict__ w, int n, float eps,
                int rows, float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
-    pdl_enter();
     rms_row<true, false>(x, nullptr, nullptr, w, n, eps, rows, out, bl, sl, qs, d, sums);
 }

@@ -60,6 +60,9 @@ pub struct AttnKeys<'a> {
     pub meta: &'a CudaSlice<i32>,
     pub tables: &'a CudaSlice<i32>,
     pub remaps: &'a CudaSlice<i32>,
+    /// The cache slots this call's rows write (one per row, as `kv_write`'s `slot`): the
+    /// few-row kernel reads the other keys before the previous kernel has ended.
+    pub fresh: &'a CudaSlice<i32>,
 }
 
 /// The split form's partials: room for `max_chunks` chunks of every (row, head), and the blocks
@@ -143,9 +146,13 @@ impl Gpu {
             } else {
                 "attention_few_64"
             })?;
+            if keys.fresh.len() < rows {
+                return Err(CudaError::Usage("attention: fresh slots".into()));
+            }
             let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
-            l.arg(&h)
+            l.arg(keys.fresh)
+                .arg(&h)
                 .arg(&kvh)
                 .arg(&scale)
                 .arg(&mc)

@@ -141,6 +141,7 @@ impl CudaRunner {
                 meta: &s.meta,
                 tables: &s.tables,
                 remaps: &s.remaps,
+                fresh: &s.slot,
             };
             // For few rows, about two blocks per multiprocessor over all (tile or row, KV head)
             // pairs.
