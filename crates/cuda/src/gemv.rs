@@ -6,7 +6,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_core::DType;
 use tf_kernels::actq::ActBlock;
 
-use crate::ops::{grid, interleaved_len, DevAct};
+use crate::ops::{grid, interleaved_fits, DevAct};
 use crate::{CudaError, Gpu, Result};
 
 /// One compiled configuration: up to `r` rows, `w` warps per thread block, `pf` with the next
@@ -130,14 +130,8 @@ impl Gpu {
                 )))
             }
         };
-        let need = interleaved_len(dtype, n, x.k).unwrap_or(usize::MAX);
         let smem = cfg.smem(x.k / 256);
-        if x.block != ActBlock::B256
-            || !x.k.is_multiple_of(256)
-            || w.len() < need
-            || out.len() < x.rows * n
-            || smem > self.smem_optin
-        {
+        if !interleaved_fits(dtype, w, n, x, out) || smem > self.smem_optin {
             return Err(CudaError::Usage("matmul_gemv: sizes".into()));
         }
         let name = format!("{base}_{}", cfg.suffix());
@@ -187,11 +181,7 @@ impl Gpu {
         {
             return Ok(false);
         }
-        if w1.len() < interleaved_len(d1, n1, k).unwrap_or(usize::MAX)
-            || w2.len() < interleaved_len(d2, n2, k).unwrap_or(usize::MAX)
-            || out1.len() < x.rows * n1
-            || out2.len() < x.rows * n2
-        {
+        if !interleaved_fits(d1, w1, n1, x, out1) || !interleaved_fits(d2, w2, n2, x, out2) {
             return Err(CudaError::Usage("matmul_gemv_pair: sizes".into()));
         }
         let f = self.function(&format!("gvp_q4k_q6k_{r}"))?;

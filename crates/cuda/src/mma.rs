@@ -3,9 +3,8 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_core::DType;
-use tf_kernels::actq::ActBlock;
 
-use crate::ops::{grid, interleaved_len, DevAct};
+use crate::ops::{grid, interleaved_fits, DevAct};
 use crate::{CudaError, Gpu, Result};
 
 /// One compiled configuration of the mma kernels: 8 `nt` rows per warp tile, `s` warps
@@ -91,12 +90,7 @@ impl Gpu {
             DType::Q6K => "mma_q6k",
             _ => return Err(CudaError::Usage(format!("no mma kernel for {dtype}"))),
         };
-        let need = interleaved_len(dtype, n, x.k).unwrap_or(usize::MAX);
-        if x.block != ActBlock::B256
-            || !x.k.is_multiple_of(256)
-            || w.len() < need
-            || out.len() < x.rows * n
-        {
+        if !interleaved_fits(dtype, w, n, x, out) {
             return Err(CudaError::Usage("matmul_mma: sizes".into()));
         }
         let cfg = cfg.unwrap_or_else(|| MmaCfg::for_rows(dtype, x.rows));

@@ -120,6 +120,21 @@ pub fn interleaved_len(dtype: DType, n: usize, k: usize) -> Option<usize> {
     }
 }
 
+/// Whether `w` (interleaved `dtype`, `n` rows) and `out` hold a product with `x`: 256-value
+/// activation blocks, and room for every tile read and every row written.
+pub fn interleaved_fits(
+    dtype: DType,
+    w: &CudaSlice<u8>,
+    n: usize,
+    x: &DevAct,
+    out: &CudaSlice<f32>,
+) -> bool {
+    x.block == ActBlock::B256
+        && x.k.is_multiple_of(256)
+        && interleaved_len(dtype, n, x.k).is_some_and(|need| w.len() >= need)
+        && out.len() >= x.rows * n
+}
+
 /// The matmul kernel of a quantized weight type, `None` where there is none yet.
 pub fn matmul_kernel(dtype: DType) -> Option<&'static str> {
     Some(match dtype {
