@@ -131,3 +131,88 @@ impl<'a> Launch<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    /// (declaration keyword at, name, body) of every `__device__` / `__global__` function with a
+    /// body in `src` (macro-defined kernels included: their bodies are matched by braces).
+    fn functions(src: &str) -> Vec<(bool, String, String)> {
+        let mut out = Vec::new();
+        for kw in ["__device__", "__global__"] {
+            let mut from = 0;
+            while let Some(at) = src[from..].find(kw).map(|i| from + i) {
+                from = at + kw.len();
+                let rest = &src[from..];
+                let (Some(open), semi) = (rest.find('{'), rest.find(';')) else {
+                    continue;
+                };
+                if semi.is_some_and(|s| s < open) {
+                    continue; // a variable or a declaration
+                }
+                let sig = &rest[..open];
+                let name = sig
+                    .split('(')
+                    .filter_map(|p| p.split_whitespace().last())
+                    .find(|w| *w != "__launch_bounds__" && !w.is_empty())
+                    .unwrap_or("")
+                    .trim_start_matches('*')
+                    .to_string();
+                let mut depth = 0;
+                let mut end = open;
+                for (i, c) in rest[open..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        end = open + i;
+                        break;
+                    }
+                }
+                out.push((kw == "__global__", name, rest[open..=end].to_string()));
+            }
+        }
+        out
+    }
+
+    fn calls(body: &str, name: &str) -> bool {
+        body.match_indices(name).any(|(i, _)| {
+            let before = body[..i].chars().last();
+            let after = body[i + name.len()..].chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && matches!(after, Some('(' | '<'))
+        })
+    }
+
+    /// Every launch may overlap the kernel before it (`Launch`), so every kernel must reach
+    /// `pdl_enter()` — itself or through a function it calls — or it could read a buffer before
+    /// the previous kernel has written it.
+    #[test]
+    fn every_kernel_waits_for_the_kernel_before_it() {
+        let src = crate::compile::program_source();
+        let fns = functions(&src);
+        let mut waiting: HashSet<String> = HashSet::from(["pdl_enter".to_string()]);
+        loop {
+            let before = waiting.len();
+            for (global, name, body) in &fns {
+                if !global && waiting.iter().any(|w| w != name && calls(body, w)) {
+                    waiting.insert(name.clone());
+                }
+            }
+            if waiting.len() == before {
+                break;
+            }
+        }
+        let kernels: Vec<&(bool, String, String)> = fns.iter().filter(|f| f.0).collect();
+        assert!(kernels.len() >= 30, "found {} kernels", kernels.len());
+        for (_, name, body) in kernels {
+            assert!(
+                waiting.iter().any(|w| calls(body, w)),
+                "kernel {name} never calls pdl_enter()"
+            );
+        }
+    }
+}
