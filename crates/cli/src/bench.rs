@@ -146,7 +146,8 @@ impl Bench {
                 logits: true,
                 tree: None,
             };
-            logits = self.runner.forward(std::slice::from_ref(&row))?;
+            self.runner
+                .forward_into(std::slice::from_ref(&row), &mut logits)?;
         }
         Ok(tg as f64 / start.elapsed().as_secs_f64())
     }
@@ -164,9 +165,10 @@ impl Bench {
             })
             .collect();
         let mut best = f64::MAX;
+        let mut logits = Vec::new();
         for _ in 0..=reps {
             let start = Instant::now();
-            self.runner.forward(&rows)?;
+            self.runner.forward_into(&rows, &mut logits)?;
             best = best.min(start.elapsed().as_secs_f64());
         }
         Ok(best)

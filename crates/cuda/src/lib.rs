@@ -155,7 +155,7 @@ impl Gpu {
             gemv_rows: std::env::var("TENSORFOLD_CUDA_GEMV")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(2)
+                .unwrap_or(gemv::GV_DEFAULT_ROWS)
                 .min(gemv::GV_MAX_ROWS),
             att_few: std::env::var("TENSORFOLD_CUDA_ATT_FEW")
                 .ok()

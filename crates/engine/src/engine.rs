@@ -96,6 +96,8 @@ pub struct Engine {
     salt: BlockHash,
     /// The prefix cache's disk tier, if any.
     spill: Option<SpillStore>,
+    /// The last forward's logits, kept so that each round reuses the buffer.
+    logits: Vec<f32>,
 }
 
 impl Engine {
@@ -116,6 +118,7 @@ impl Engine {
             sampler: Sampler::new(),
             salt,
             spill: None,
+            logits: Vec::new(),
         }
     }
 
@@ -311,23 +314,22 @@ impl Engine {
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
         let t = Instant::now();
-        let result = self.runner.forward(&rows);
+        let mut logits = std::mem::take(&mut self.logits);
+        let result = self.runner.forward_into(&rows, &mut logits);
         let secs = t.elapsed().as_secs_f64();
         drop(rows);
-        let logits = match result {
-            Ok(l) => l,
-            Err(e) => {
-                for p in &plans {
-                    let s = &mut self.running[p.seq];
-                    let _ = s.events.send(Event::Error(e.to_string()));
-                    s.finished = Some(FinishReason::Error);
-                }
-                self.reap();
-                return Err(e);
+        if let Err(e) = result {
+            for p in &plans {
+                let s = &mut self.running[p.seq];
+                let _ = s.events.send(Event::Error(e.to_string()));
+                s.finished = Some(FinishReason::Error);
             }
-        };
+            self.reap();
+            return Err(e);
+        }
         self.cost.observe_forward(total_rows, secs);
         self.commit(&plans, &logits);
+        self.logits = logits;
         self.index_blocks();
         self.reap();
         Ok(true)

@@ -18,6 +18,13 @@ pub trait Runner: Send {
     /// Runs `rows`, writing each row's key and value into its slot first; returns the logits of
     /// the rows with `logits: true`, in order, `vocab()` values each.
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError>;
+    /// [`forward`](Self::forward) into a buffer the caller keeps between calls: `out` is
+    /// cleared and then holds the logits. A runner whose logits come from elsewhere (a GPU)
+    /// appends them as they arrive, with no fresh allocation to fault in or zero.
+    fn forward_into(&mut self, rows: &[Row], out: &mut Vec<f32>) -> Result<(), EngineError> {
+        *out = self.forward(rows)?;
+        Ok(())
+    }
     /// Copies KV slot `from` to slot `to` of the sequence with block table `table`, for each
     /// pair in order (accepted tree-draft rows moving to their positions).
     fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]);

@@ -44,8 +44,8 @@ impl CudaRunner {
         })
     }
 
-    /// Uploads `h`, runs the layers and the output head, and returns the wanted logits.
-    pub(super) fn run(&mut self, m: usize, h: &HostRows) -> Result<Vec<f32>> {
+    /// Uploads `h`, runs the layers and the output head, and appends the wanted logits to `out`.
+    pub(super) fn run(&mut self, m: usize, h: &HostRows, out: &mut Vec<f32>) -> Result<()> {
         if self
             .s
             .reserve(&self.gpu, h.l.tables.len().max(1), h.l.remaps.len().max(1))?
@@ -63,13 +63,12 @@ impl CudaRunner {
         if !h.l.remaps.is_empty() {
             st.memcpy_htod(&h.l.remaps, &mut self.s.remaps)?;
         }
-        let vocab = self.model.config.vocab;
         if h.l.want.is_empty() {
             self.layers(m)?;
             self.gpu.sync()?;
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let mut out = vec![0f32; h.l.want.len() * vocab];
+        out.reserve(h.l.want.len() * self.model.config.vocab);
         // Graphs bake in the attention form, which for few rows needs every row's keys to fit
         // the split partials.
         let split_ok = h.l.max_keys <= self.s.max_chunks * tf_kernels::attention::KEY_CHUNK;
@@ -84,39 +83,49 @@ impl CudaRunner {
             }
             self.graphs[&m].0.launch()?;
             let (lo, hi) = (h.l.want[0] as usize, *h.l.want.last().unwrap() as usize + 1);
-            let span = self.download_logits(lo, hi)?;
-            for (j, &r) in h.l.want.iter().enumerate() {
-                let r = r as usize - lo;
-                out[j * vocab..(j + 1) * vocab].copy_from_slice(&span[r * vocab..(r + 1) * vocab]);
-            }
-            return Ok(out);
+            return self.append_logits(lo, hi, &h.l.want, out);
         }
         self.layers(m)?;
-        for (b, idx) in h.l.want.chunks(LOGIT_ROWS).enumerate() {
+        for idx in h.l.want.chunks(LOGIT_ROWS) {
             st.memcpy_htod(idx, &mut self.s.idx)?;
             self.head(idx.len())?;
-            let at = b * LOGIT_ROWS * vocab;
-            let span = self.download_logits(0, idx.len())?;
-            out[at..at + idx.len() * vocab].copy_from_slice(span);
+            let rows: Vec<i32> = (0..idx.len() as i32).collect();
+            self.append_logits(0, idx.len(), &rows, out)?;
         }
         self.gpu.sync()?;
         self.prof.flush();
-        Ok(out)
+        Ok(())
     }
 
-    /// Logit rows `lo..hi` of `s.logits`, through the pinned buffer when there is one (a
-    /// pageable copy is several times slower). Waits for the stream.
-    fn download_logits(&mut self, lo: usize, hi: usize) -> Result<&[f32]> {
+    /// Appends logit rows `want` (ascending, within `lo..hi`) of `s.logits` to `out`, through
+    /// the pinned buffer when there is one (a pageable copy is several times slower), each row
+    /// as soon as it has arrived. Waits for the stream.
+    fn append_logits(
+        &mut self,
+        lo: usize,
+        hi: usize,
+        want: &[i32],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         let vocab = self.model.config.vocab;
         let src = self.s.logits.slice(lo * vocab..hi * vocab);
-        let n = (hi - lo) * vocab;
+        let mut want = want.iter().map(|&r| r as usize).peekable();
+        let mut take = |i: usize, row: &[f32]| {
+            if want.next_if_eq(&(lo + i)).is_some() {
+                out.extend_from_slice(row);
+            }
+        };
         if let Some(p) = &mut self.pinned {
-            return p.download(&self.gpu, &src);
+            return p.download_rows(&self.gpu, &src, vocab, take);
         }
+        let n = (hi - lo) * vocab;
         self.pageable.resize(n, 0.0);
         self.gpu.stream.memcpy_dtoh(&src, &mut self.pageable[..n])?;
         self.gpu.sync()?;
-        Ok(&self.pageable[..n])
+        for (i, row) in self.pageable[..n].chunks_exact(vocab).enumerate() {
+            take(i, row);
+        }
+        Ok(())
     }
 
     fn capture(&mut self, m: usize) -> Result<Graph> {

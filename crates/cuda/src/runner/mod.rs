@@ -189,10 +189,20 @@ impl Runner for CudaRunner {
     }
     fn forward(&mut self, rows: &[Row]) -> std::result::Result<Vec<f32>, EngineError> {
         let mut out = Vec::new();
-        for part in rows.chunks(self.s.cap) {
-            out.extend(self.forward_part(part)?);
-        }
+        self.forward_into(rows, &mut out)?;
         Ok(out)
+    }
+    fn forward_into(
+        &mut self,
+        rows: &[Row],
+        out: &mut Vec<f32>,
+    ) -> std::result::Result<(), EngineError> {
+        out.clear();
+        for part in rows.chunks(self.s.cap) {
+            let host = self.prepare(part)?;
+            self.run(part.len(), &host, out).map_err(backend)?;
+        }
+        Ok(())
     }
     fn copy_slots(&mut self, table: &[BlockId], moves: &[(usize, usize)]) {
         let mut pairs = Vec::with_capacity(2 * moves.len());
@@ -268,12 +278,5 @@ impl Runner for CudaRunner {
         h.update(format!("{:?}", self.model.config).as_bytes());
         fingerprint_path(self.model.path(), &mut h);
         h.finalize().into()
-    }
-}
-
-impl CudaRunner {
-    fn forward_part(&mut self, rows: &[Row]) -> std::result::Result<Vec<f32>, EngineError> {
-        let host = self.prepare(rows)?;
-        self.run(rows.len(), &host).map_err(backend)
     }
 }

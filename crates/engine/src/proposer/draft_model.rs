@@ -89,9 +89,8 @@ impl Proposer for DraftModel {
                 logits: true,
                 tree: None,
             };
-            match self.runner.forward(&[row]) {
-                Ok(l) => logits = l,
-                Err(_) => break,
+            if self.runner.forward_into(&[row], &mut logits).is_err() {
+                break;
             }
         }
         // Positions up to n-1 hold committed tokens; the drafts fed back are only guesses.
