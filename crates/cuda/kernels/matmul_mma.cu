@@ -438,9 +438,13 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
         matmul_mma<D, NT, S, RW>(w, n, k, xq, xd, xs, rows, out);                              \
     }
 #define MMA_CONFIGS(name, D)      \
+    MMA_KERNEL(name, D, 1, 1, 1)  \
+    MMA_KERNEL(name, D, 2, 1, 1)  \
+    MMA_KERNEL(name, D, 4, 1, 1)  \
     MMA_KERNEL(name, D, 1, 16, 1) \
     MMA_KERNEL(name, D, 1, 8, 1)  \
     MMA_KERNEL(name, D, 1, 4, 1)  \
+    MMA_KERNEL(name, D, 2, 16, 1) \
     MMA_KERNEL(name, D, 2, 8, 1)  \
     MMA_KERNEL(name, D, 2, 4, 1)  \
     MMA_KERNEL(name, D, 4, 4, 1)  \

@@ -79,6 +79,10 @@ pub struct Gpu {
     /// Split attention of up to this many rows takes `attention_few.cu` (one block per row
     /// and KV head, no work for absent heads; `TENSORFOLD_CUDA_ATT_FEW=N`, `0` for the tiles).
     pub att_few: usize,
+    /// Forces the k split of the few-row tensor-core kernels (`TENSORFOLD_CUDA_MMA_S=N`, for
+    /// measuring; `0` keeps the split of [`mma::MmaCfg::for_rows`]; unset: by shape,
+    /// [`mma::MmaCfg::for_call`]).
+    pub mma_split: Option<usize>,
     /// Launches ask for programmatic dependent launch (`launch.rs`; sm_90 and newer,
     /// `TENSORFOLD_CUDA_PDL=0` turns it off).
     pub pdl: bool,
@@ -157,6 +161,9 @@ impl Gpu {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(gemv::GV_DEFAULT_ROWS)
                 .min(gemv::GV_MAX_ROWS),
+            mma_split: std::env::var("TENSORFOLD_CUDA_MMA_S")
+                .ok()
+                .and_then(|v| v.parse().ok()),
             att_few: std::env::var("TENSORFOLD_CUDA_ATT_FEW")
                 .ok()
                 .and_then(|v| v.parse().ok())

@@ -20,9 +20,13 @@ pub struct MmaCfg {
 
 /// Every configuration `matmul_mma.cu` compiles (`MMA_CONFIGS`).
 pub const MMA_CFGS: &[MmaCfg] = &[
+    MmaCfg::new(1, 1, 1),
+    MmaCfg::new(2, 1, 1),
+    MmaCfg::new(4, 1, 1),
     MmaCfg::new(1, 16, 1),
     MmaCfg::new(1, 8, 1),
     MmaCfg::new(1, 4, 1),
+    MmaCfg::new(2, 16, 1),
     MmaCfg::new(2, 8, 1),
     MmaCfg::new(2, 4, 1),
     MmaCfg::new(4, 4, 1),
@@ -64,6 +68,42 @@ impl MmaCfg {
         }
     }
 
+    /// The configuration for a call of `rows` rows of `dtype` into `n` columns at inner
+    /// dimension `k`: [`for_rows`](Self::for_rows)'s tile, with the blocks of k split over as
+    /// many warps as keep weight bytes in flight (every split gives the same bits). Where the
+    /// columns alone give 16 warps per multiprocessor of a large GPU (2,048) each warp takes
+    /// every block of k (no shared-memory exchange, the chains in registers); otherwise Q4_K
+    /// doubles the split while under 2,048 warps and each warp keeps 2 or more blocks. `split`
+    /// forces a split where that configuration is compiled (for measuring). H200, verify
+    /// rounds after 512 tokens: 16 rows 3.77-3.82 -> 3.58 ms (1.5B shape), 7.73-8.03 ->
+    /// 7.45-7.78 (7B); the Q6_K splits measured no better.
+    pub fn for_call(dtype: DType, rows: usize, n: usize, k: usize, split: Option<usize>) -> MmaCfg {
+        let base = MmaCfg::for_rows(dtype, rows);
+        if base.cw > 1 || base.rw > 1 {
+            return base;
+        }
+        let pick = |s: usize| MmaCfg::new(base.nt, s, 1);
+        let warps = n / 16 * rows.div_ceil(8 * base.nt);
+        let s = match split {
+            Some(s) => s,
+            None if warps >= 2048 => 1,
+            None if dtype == DType::Q4K => {
+                let nb = k / 256;
+                let mut s = base.s;
+                while warps * s < 2048 && 4 * s <= nb && MMA_CFGS.contains(&pick(2 * s)) {
+                    s *= 2;
+                }
+                s
+            }
+            None => base.s,
+        };
+        if MMA_CFGS.contains(&pick(s)) {
+            pick(s)
+        } else {
+            base
+        }
+    }
+
     fn launch(self, rows: usize, n: usize) -> LaunchConfig {
         LaunchConfig {
             grid_dim: (grid(rows, 8 * self.nt * self.rw), grid(n, 16 * self.cw), 1),
@@ -93,7 +133,7 @@ impl Gpu {
         if !interleaved_fits(dtype, w, n, x, out) {
             return Err(CudaError::Usage("matmul_mma: sizes".into()));
         }
-        let cfg = cfg.unwrap_or_else(|| MmaCfg::for_rows(dtype, x.rows));
+        let cfg = cfg.unwrap_or_else(|| MmaCfg::for_call(dtype, x.rows, n, x.k, self.mma_split));
         if !MMA_CFGS.contains(&cfg) {
             return Err(CudaError::Usage(format!(
                 "matmul_mma: no kernel for {cfg:?}"
@@ -114,6 +154,17 @@ mod tests {
         for dtype in [DType::Q4K, DType::Q6K] {
             for rows in [1, 2, 8, 9, 16, 17, 33, 64, 65, 2048] {
                 assert!(MMA_CFGS.contains(&MmaCfg::for_rows(dtype, rows)), "{rows}");
+            }
+        }
+        for dtype in [DType::Q4K, DType::Q6K] {
+            for rows in [1, 5, 8, 9, 16, 17, 64, 65, 512] {
+                for (n, k) in [(256, 1536), (1536, 8960), (37888, 3584), (151936, 3584)] {
+                    for split in [None, Some(0), Some(1), Some(3)] {
+                        let c = MmaCfg::for_call(dtype, rows, n, k, split);
+                        assert!(MMA_CFGS.contains(&c), "{dtype} {rows} {n} {k} {split:?}");
+                        assert_eq!(c.nt, MmaCfg::for_rows(dtype, rows).nt);
+                    }
+                }
             }
         }
         let src = include_str!("../kernels/matmul_mma.cu");
