@@ -124,6 +124,7 @@ unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
     }
     for b in 0..nb {
         let blk = &w[144 * b..144 * (b + 1)];
+        prefetch_ahead(blk.as_ptr(), 144);
         let (scales, mins) = scales_mins_k4(&blk[4..16]);
         let sv = _mm512_cvtepu8_epi32(_mm_set_epi64x(0, scales as i64));
         let mv = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi64x(0, mins as i64)));
@@ -181,6 +182,7 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
     let pb = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4);
     for b in 0..nb {
         let blk = blk_at(w, b, 210);
+        prefetch_ahead(blk.as_ptr(), 210);
         let scp = blk.as_ptr().add(192) as *const i8;
         let mut wv = [zero; 4];
         let mut svs = [zero; 4];
@@ -240,6 +242,37 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
 rows_by_eight!(rows_q4k, q4k_rows8, "avx512f,avx512bw,avx512vl,avx512vnni");
 
 rows_by_eight!(rows_q6k, q6k_rows8, "avx512f,avx512bw,avx512vl,avx512vnni");
+
+/// Bytes ahead of the block in use that the Q4_K / Q6_K row kernels ask the cache for
+/// (`TENSORFOLD_CPU_PREFETCH`, default 2048, `0` off): with several rows the vector work per
+/// weight byte leaves too few loads in flight for one core's share of the memory bandwidth, so
+/// the weight stream is requested this far ahead. A prefetch never faults and changes no
+/// result. On the 2-core AVX-512 machine, Qwen2.5-Coder-1.5B Q4_K_M, forward of 4 / 8 rows:
+/// 57.4-58.4 -> 44.9-45.6 ms and 86.5-87.2 -> 66.2-67.8 ms (two threads).
+fn prefetch_distance() -> usize {
+    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("TENSORFOLD_CPU_PREFETCH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2048)
+    })
+}
+
+/// Prefetches the cache lines of the `len` bytes at `p` plus the prefetch distance.
+#[inline(always)]
+unsafe fn prefetch_ahead(p: *const u8, len: usize) {
+    let d = prefetch_distance();
+    if d == 0 {
+        return;
+    }
+    let at = p.wrapping_add(d);
+    let mut off = 0;
+    while off < len + 63 {
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8);
+        off += 64;
+    }
+}
 
 #[inline(always)]
 fn blk_at(w: &[u8], b: usize, bytes: usize) -> &[u8] {
