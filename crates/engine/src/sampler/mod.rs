@@ -261,7 +261,7 @@ impl Sampler {
             }
             self.tail = kept.tail;
         } else {
-            best.scan(z, |_| true);
+            best.scan_all(z);
         }
         best.id
     }
@@ -275,6 +275,9 @@ fn argmax_lowest(z: &[f32]) -> (TokenId, f32) {
 }
 
 /// The running Gumbel-max over kept candidates: best score so far, ties to the lowest id.
+/// Tokens per chunk of a scan: 16 Philox blocks.
+const SCAN_CHUNK: usize = 4 * philox::BATCH_BLOCKS;
+
 struct Best {
     id: TokenId,
     score: f64,
@@ -307,6 +310,13 @@ impl Best {
             return;
         }
         let word = self.noise.word(id);
+        self.offer_word(id, x, word);
+    }
+
+    /// [`offer`](Self::offer) past the first bound, with the candidate's scaled logit `x` and
+    /// its Philox word.
+    #[inline]
+    fn offer_word(&mut self, id: TokenId, x: f64, word: u32) {
         if x + self.prefix_bounds[(word >> 24) as usize] < self.score {
             return;
         }
@@ -325,15 +335,35 @@ impl Best {
     /// Offers every token `i` with `kept(i)`, in ascending id order, skipping whole chunks whose
     /// best logit cannot reach the current best score.
     fn scan(&mut self, z: &[f32], kept: impl Fn(usize) -> bool) {
-        const CHUNK: usize = 64;
-        for (c, chunk) in z.chunks(CHUNK).enumerate() {
+        for (c, chunk) in z.chunks(SCAN_CHUNK).enumerate() {
             if self.scale.x(max_value(chunk)) + GUMBEL_UPPER_BOUND < self.score {
                 continue;
             }
-            let base = c * CHUNK;
+            let base = c * SCAN_CHUNK;
             for (j, &v) in chunk.iter().enumerate() {
                 if kept(base + j) {
                     self.offer((base + j) as TokenId, v);
+                }
+            }
+        }
+    }
+
+    /// [`scan`](Self::scan) of every token (no truncation): a chunk that survives takes its 64
+    /// Philox words in one batch ([`NoiseCache::words64`], the same words) once one of its
+    /// tokens passes the first bound.
+    fn scan_all(&mut self, z: &[f32]) {
+        for (c, chunk) in z.chunks(SCAN_CHUNK).enumerate() {
+            if self.scale.x(max_value(chunk)) + GUMBEL_UPPER_BOUND < self.score {
+                continue;
+            }
+            let base = c * SCAN_CHUNK;
+            let mut words = None;
+            for (j, &v) in chunk.iter().enumerate() {
+                let x = self.scale.x(v);
+                if x + GUMBEL_UPPER_BOUND >= self.score {
+                    let w = words.get_or_insert_with(|| self.noise.words64((base / 4) as u32));
+                    let word = w[j];
+                    self.offer_word((base + j) as TokenId, x, word);
                 }
             }
         }

@@ -57,6 +57,28 @@ fn philox_known_answers() {
 }
 
 #[test]
+fn batched_philox_words_equal_one_call_per_block() {
+    let cases = [
+        (0u64, 0u32, [0u32, 0u32]),
+        (7, 16, [0xDEAD_BEEF, 0x1234_5678]),
+        (u64::MAX, u32::MAX - 5, [u32::MAX, 1]),
+        (1 << 40, 37_984, [42, 0]),
+    ];
+    for (position, block, key) in cases {
+        let words = super::philox::philox_words64(position, block, key);
+        for i in 0..16u32 {
+            let b = block.wrapping_add(i);
+            let one = philox4x32_10([position as u32, (position >> 32) as u32, b, 0], key);
+            assert_eq!(
+                &words[4 * i as usize..4 * i as usize + 4],
+                &one,
+                "{position} {b}"
+            );
+        }
+    }
+}
+
+#[test]
 fn gumbel_is_the_documented_mapping() {
     let seed = 0x0123_4567_89ab_cdef_u64;
     let position = (7u64 << 32) | 11;
