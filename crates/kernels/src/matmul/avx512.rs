@@ -108,6 +108,28 @@ unsafe fn step8(
     }
 }
 
+/// One row's scaled integer sums over a 256-value block: `acc` plus, in some lanes,
+/// Σ_g scale_g · Σ_(i in g) w_i x_i. Each `dpbusd` gives 16 lanes of four-product sums (at most
+/// 4 · 63 · 128 = 32256 in magnitude: the 6-bit Q6_K codes are the widest), so two such vectors
+/// pack into i16 without saturating and one `dpwssd` multiplies both by their scales (`sv`,
+/// packed the same way) and adds the pairs into i32 lanes — three vector operations per 128
+/// values instead of four. Lanes differ from the unpacked form, the row total (`reduce8`) is the
+/// same integer.
+#[inline(always)]
+unsafe fn paired_sums(
+    xb: *const i8,
+    wv: &[__m512i; 4],
+    sv: &[__m512i; 2],
+    acc: __m512i,
+) -> __m512i {
+    let zero = _mm512_setzero_si512();
+    let dp: [__m512i; 4] = std::array::from_fn(|g| {
+        _mm512_dpbusd_epi32(zero, wv[g], _mm512_loadu_si512(xb.add(64 * g) as *const _))
+    });
+    let acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(dp[0], dp[1]), sv[0]);
+    _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(dp[2], dp[3]), sv[1])
+}
+
 /// Q4_K, eight rows at once: the weight block is decoded once, integer sums are reduced together
 /// and the float step runs on eight lanes (the same IEEE operations as [`block_step`]).
 #[inline(always)]
@@ -138,14 +160,13 @@ unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
             wv[g] = _mm512_mask_blend_epi64(0xF0, lo, hi);
             svs[g] = _mm512_permutexvar_epi32(idx[g], sv);
         }
+        let sv = [
+            _mm512_packs_epi32(svs[0], svs[1]),
+            _mm512_packs_epi32(svs[2], svs[3]),
+        ];
         let mut isums = [zero; 8];
         for (r, isum) in isums.iter_mut().enumerate().take(R) {
-            let xb = x.row_qs(r0 + r).as_ptr().add(256 * b);
-            for g in 0..4 {
-                let xv = _mm512_loadu_si512(xb.add(64 * g) as *const _);
-                let dp = _mm512_dpbusd_epi32(zero, wv[g], xv);
-                *isum = _mm512_dpwssd_epi32(*isum, dp, svs[g]);
-            }
+            *isum = paired_sums(x.row_qs(r0 + r).as_ptr().add(256 * b), &wv, &sv, *isum);
         }
         // Σ_j min_j * sum32_j per row, from the block-major sums: 8 rows x 8 i16 = two vectors,
         // each row's four i32 partial sums in one 128-bit lane.
@@ -195,19 +216,19 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
             let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_b), m2));
             wv[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, m4), ha);
             wv[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), hb);
+            // Signed scales in i32 lanes (the pack below keeps them as i16).
             let s8 = _mm_loadl_epi64(scp.add(8 * n) as *const __m128i);
-            let s32 = _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(s8)));
+            let s32 = _mm512_castsi256_si512(_mm256_cvtepi8_epi32(s8));
             svs[2 * n] = _mm512_permutexvar_epi32(pa, s32);
             svs[2 * n + 1] = _mm512_permutexvar_epi32(pb, s32);
         }
+        let sv = [
+            _mm512_packs_epi32(svs[0], svs[1]),
+            _mm512_packs_epi32(svs[2], svs[3]),
+        ];
         let mut isums = [zero; 8];
         for (r, isum) in isums.iter_mut().enumerate().take(R) {
-            let xb = x.row_qs(r0 + r).as_ptr().add(256 * b);
-            for q in 0..4 {
-                let xv = _mm512_loadu_si512(xb.add(64 * q) as *const _);
-                let dp = _mm512_dpbusd_epi32(zero, wv[q], xv);
-                *isum = _mm512_dpwssd_epi32(*isum, dp, svs[q]);
-            }
+            *isum = paired_sums(x.row_qs(r0 + r).as_ptr().add(256 * b), &wv, &sv, *isum);
         }
         // Σ_g scale_g * sum16_g per row: 8 rows x 16 i16 = four vectors.
         let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
