@@ -42,8 +42,8 @@ pub const GV_Q6K: &[GvCfg] = &[
 pub const GV_MAX_ROWS: usize = 4;
 
 /// Calls of up to this many rows take the few-row kernels by default: on the H200 a verify
-/// round of 3 rows took 2.06-2.13 ms here against 2.28-2.34 on the tensor-core kernels (1.5B
-/// shape; 7B 3.60-3.68 against 4.01-4.11), 4 rows 2.48 against 2.58-2.72 (7B 4.25-4.31
+/// round of 3 rows took 2.06-2.13 ms on them against 2.28-2.34 on the tensor-core kernels
+/// (1.5B shape; 7B 3.60-3.68 against 4.01-4.11), 4 rows 2.48 against 2.58-2.72 (7B 4.25-4.31
 /// against 4.37-4.51).
 pub const GV_DEFAULT_ROWS: usize = 4;
 
