@@ -83,14 +83,14 @@ impl CudaRunner {
             }
             self.graphs[&m].0.launch()?;
             let (lo, hi) = (h.l.want[0] as usize, *h.l.want.last().unwrap() as usize + 1);
-            return self.append_logits(lo, hi, &h.l.want, out);
+            let want = h.l.want.iter().map(|&r| r as usize);
+            return self.append_logits(lo, hi, want, out);
         }
         self.layers(m)?;
         for idx in h.l.want.chunks(LOGIT_ROWS) {
             st.memcpy_htod(idx, &mut self.s.idx)?;
             self.head(idx.len())?;
-            let rows: Vec<i32> = (0..idx.len() as i32).collect();
-            self.append_logits(0, idx.len(), &rows, out)?;
+            self.append_logits(0, idx.len(), 0..idx.len(), out)?;
         }
         self.gpu.sync()?;
         self.prof.flush();
@@ -104,12 +104,12 @@ impl CudaRunner {
         &mut self,
         lo: usize,
         hi: usize,
-        want: &[i32],
+        want: impl IntoIterator<Item = usize>,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let vocab = self.model.config.vocab;
         let src = self.s.logits.slice(lo * vocab..hi * vocab);
-        let mut want = want.iter().map(|&r| r as usize).peekable();
+        let mut want = want.into_iter().peekable();
         let mut take = |i: usize, row: &[f32]| {
             if want.next_if_eq(&(lo + i)).is_some() {
                 out.extend_from_slice(row);
