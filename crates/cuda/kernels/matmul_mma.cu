@@ -44,7 +44,8 @@ __device__ __forceinline__ int byte_of(const uint4& v, int i) {
 // takes values [8t, 8t + 8) of a group of 32 (a0/b0 the first four, a2/b1 the next four), so
 // that its weight and activation bytes are contiguous (8-byte loads).
 
-// The activation sums of one row's block: 16 i16 (one per 16 values) in two 16-byte loads.
+// The activation sums of one row's block: 16 i16 (one per 16 values) in two 16-byte loads
+// (the few-row kernels of matmul_gemv.cu).
 __device__ __forceinline__ void load_sums(const i16* s, int (&v)[16]) {
     uint4 lo = s ? *(const uint4*)s : make_uint4(0, 0, 0, 0);
     uint4 hi = s ? *(const uint4*)(s + 8) : make_uint4(0, 0, 0, 0);
@@ -65,9 +66,18 @@ struct MmaQ4K {
     static const int SHAPE = 1;
     uint2 q[2][4];
     uint4 w0[2];
+    // The block's factors: the 6-bit scales and mins unpacked to a byte each (word h holds
+    // sub-blocks 4h .. 4h + 3), and the float scales.
     struct F {
-        int sc[2][8], mn[2][8];
+        u32 sc[2][2], mn[2][2];
         float d[2], dmin[2];
+        __device__ __forceinline__ int scale(int ci, int s) const {
+            return (int)((sc[ci][s / 4] >> (8 * (s % 4))) & 0xFF);
+        }
+        // Sub-block s's min in every byte (the A operand of the min sums).
+        __device__ __forceinline__ u32 mins(int ci, int s) const {
+            return __byte_perm(mn[ci][s / 4], 0, (s % 4) * 0x1111);
+        }
     };
 
     __device__ __forceinline__ void load(const u8* tb, int ca, int t) {
@@ -84,52 +94,48 @@ struct MmaQ4K {
         F f;
 #pragma unroll
         for (int ci = 0; ci < 2; ci++) {
-            const uint4& v = w0[ci];  // scales at bytes 4..15
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (j < 4) {
-                    f.sc[ci][j] = byte_of(v, 4 + j) & 63;
-                    f.mn[ci][j] = byte_of(v, 8 + j) & 63;
-                } else {
-                    f.sc[ci][j] = (byte_of(v, 8 + j) & 0xF) | ((byte_of(v, j) >> 6) << 4);
-                    f.mn[ci][j] = (byte_of(v, 8 + j) >> 4) | ((byte_of(v, j + 4) >> 6) << 4);
-                }
-            }
+            const uint4& v = w0[ci];  // bytes 4..7: scales 0..3 (low 6 bits), 8..11: mins
+            // 0..3, 12..15: the low nibbles of scales / mins 4..7; their top bits are the top
+            // two bits of bytes 4..7 / 8..11.
+            f.sc[ci][0] = v.y & 0x3F3F3F3Fu;
+            f.sc[ci][1] = (v.w & 0x0F0F0F0Fu) | ((v.y >> 2) & 0x30303030u);
+            f.mn[ci][0] = v.z & 0x3F3F3F3Fu;
+            f.mn[ci][1] = ((v.w >> 4) & 0x0F0F0F0Fu) | ((v.z >> 2) & 0x30303030u);
             f.d[ci] = f16_to_f32((u16)(v.x & 0xFFFF));
             f.dmin[ci] = f16_to_f32((u16)(v.x >> 16));
         }
         return f;
     }
-    // Sums of one 8-row tile: `xg` row gid's values of this block (null past the rows), `s0` /
-    // `s1` the activation sums of rows 2t / 2t + 1 at this block (null past the rows).
-    __device__ __forceinline__ void ints(const F& f, const i8* xg, const i16* s0,
-                                         const i16* s1, int t, int (&is)[4],
-                                         int (&ms)[4]) const {
+    // Sums of NT 8-row tiles: `xg[a]` tile a's row gid's values of this block (null past the
+    // rows). `is` = sum_s sc_s * (the mma of sub-block s); `ms` = sum_s m_s * (sum of the row's
+    // values of sub-block s), accumulated by the tensor core with A = m_s in every byte (the
+    // CPU takes the same integer from the activation sums).
+    template <int NT>
+    __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT], int t,
+                                         int (&is)[NT][4], int (&ms)[NT][4]) const {
 #pragma unroll
-        for (int p = 0; p < 4; p++) is[p] = ms[p] = 0;
+        for (int a = 0; a < NT; a++)
+#pragma unroll
+            for (int p = 0; p < 4; p++) is[a][p] = ms[a][p] = 0;
 #pragma unroll
         for (int s = 0; s < 8; s++) {
             const int j = s / 2, sh = 4 * (s % 2);
-            const uint2 xb = xg ? *(const uint2*)(xg + 32 * s + 8 * t) : make_uint2(0, 0);
-            int c[4] = {0, 0, 0, 0};
-            mma_k32(c, (q[0][j].x >> sh) & 0x0F0F0F0Fu, (q[1][j].x >> sh) & 0x0F0F0F0Fu,
-                    (q[0][j].y >> sh) & 0x0F0F0F0Fu, (q[1][j].y >> sh) & 0x0F0F0F0Fu, xb.x, xb.y);
-            is[0] += f.sc[0][s] * c[0];
-            is[1] += f.sc[0][s] * c[1];
-            is[2] += f.sc[1][s] * c[2];
-            is[3] += f.sc[1][s] * c[3];
-        }
-        // msum = sum_g m_{g/2} * sr[g]: sub-block s holds sums 2s and 2s + 1.
-        int r0[16], r1[16];
-        load_sums(s0, r0);
-        load_sums(s1, r1);
+            const u32 a0 = (q[0][j].x >> sh) & 0x0F0F0F0Fu, a1 = (q[1][j].x >> sh) & 0x0F0F0F0Fu;
+            const u32 a2 = (q[0][j].y >> sh) & 0x0F0F0F0Fu, a3 = (q[1][j].y >> sh) & 0x0F0F0F0Fu;
+            const u32 m0 = f.mins(0, s), m1 = f.mins(1, s);
+            const int sc0 = f.scale(0, s), sc1 = f.scale(1, s);
 #pragma unroll
-        for (int s = 0; s < 8; s++) {
-            const int p0 = r0[2 * s] + r0[2 * s + 1], p1 = r1[2 * s] + r1[2 * s + 1];
-            ms[0] += f.mn[0][s] * p0;
-            ms[1] += f.mn[0][s] * p1;
-            ms[2] += f.mn[1][s] * p0;
-            ms[3] += f.mn[1][s] * p1;
+            for (int a = 0; a < NT; a++) {
+                const uint2 xb =
+                    xg[a] ? *(const uint2*)(xg[a] + 32 * s + 8 * t) : make_uint2(0, 0);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, a0, a1, a2, a3, xb.x, xb.y);
+                is[a][0] += sc0 * c[0];
+                is[a][1] += sc0 * c[1];
+                is[a][2] += sc1 * c[2];
+                is[a][3] += sc1 * c[3];
+                mma_k32(ms[a], m0, m1, m0, m1, xb.x, xb.y);
+            }
         }
     }
 };
@@ -137,7 +143,7 @@ struct MmaQ4K {
 // Q6_K interleaved: words 0..7 = ql, 8..11 = qh, 12 = the 16 signed scales; then the 32
 // columns' d as f16 (64 bytes). Group g (16 values) = 8n + 2u + hf: element 128n + 32u + l,
 // l = 16 hf + i, is (nibble (u >= 2) of ql word 4n + 2(u & 1) + hf) | ((qh word 8 + 2n + hf
-// >> 2u) & 3) << 4, minus 32 (taken out through the activation sums, as the CPU does). One
+// >> 2u) & 3) << 4, minus 32 (subtracted before the mma, see `ints`). One
 // m16n8k16 mma per group (its own scale); lane t takes the group's values 4t .. 4t + 4.
 struct MmaQ6K {
     static const int TB = 13 * 512 + 64;
@@ -147,8 +153,9 @@ struct MmaQ6K {
     uint4 sc[2];
     u16 d16[2];
     struct F {
-        int sc[2][16];
+        uint4 s[2];  // the 16 signed scales of each column
         float d[2], dmin[2];
+        __device__ __forceinline__ int sc(int ci, int g) const { return (int)(i8)byte_of(s[ci], g); }
     };
 
     __device__ __forceinline__ void load(const u8* tb, int ca, int t) {
@@ -168,44 +175,48 @@ struct MmaQ6K {
 #pragma unroll
         for (int ci = 0; ci < 2; ci++) {
 #pragma unroll
-            for (int g = 0; g < 16; g++) f.sc[ci][g] = (int)(i8)byte_of(sc[ci], g);
+            f.s[ci] = sc[ci];
             f.d[ci] = f16_to_f32(d16[ci]);
             f.dmin[ci] = 0.0f;
         }
         return f;
     }
-    __device__ __forceinline__ void ints(const F& f, const i8* xg, const i16* s0,
-                                         const i16* s1, int t, int (&is)[4],
-                                         int (&ms)[4]) const {
+    // `is` = sum_g sc_g * sum_i (q_i - 32) x_i: the tensor core takes the weights with the 32
+    // already subtracted (signed bytes), which is the CPU's is - 32 * sum_g sc_g * sr[g].
+    template <int NT>
+    __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT], int t,
+                                         int (&is)[NT][4], int (&ms)[NT][4]) const {
 #pragma unroll
-        for (int p = 0; p < 4; p++) is[p] = ms[p] = 0;
+        for (int a = 0; a < NT; a++)
+#pragma unroll
+            for (int p = 0; p < 4; p++) is[a][p] = ms[a][p] = 0;
 #pragma unroll
         for (int g = 0; g < 16; g++) {
             const int n = g / 8, u = (g / 2) % 4, hf = g % 2;
             const int wq = 4 * n + 2 * (u & 1) + hf, wh = 2 * n + hf;
             const int shq = u >= 2 ? 4 : 0;
-            const u32 a0 = ((ql[0][wq] >> shq) & 0x0F0F0F0Fu) | (((qh[0][wh] >> (2 * u)) & 0x03030303u) << 4);
-            const u32 a1 = ((ql[1][wq] >> shq) & 0x0F0F0F0Fu) | (((qh[1][wh] >> (2 * u)) & 0x03030303u) << 4);
-            const u32 b0 = xg ? *(const u32*)(xg + 16 * g + 4 * t) : 0u;
-            int c[4] = {0, 0, 0, 0};
-            mma_k16(c, a0, a1, b0);
-            is[0] += f.sc[0][g] * c[0];
-            is[1] += f.sc[0][g] * c[1];
-            is[2] += f.sc[1][g] * c[2];
-            is[3] += f.sc[1][g] * c[3];
-        }
-        int r0[16], r1[16], corr[4] = {0, 0, 0, 0};
-        load_sums(s0, r0);
-        load_sums(s1, r1);
+            const u32 a0 = minus32(((ql[0][wq] >> shq) & 0x0F0F0F0Fu) |
+                                   (((qh[0][wh] >> (2 * u)) & 0x03030303u) << 4));
+            const u32 a1 = minus32(((ql[1][wq] >> shq) & 0x0F0F0F0Fu) |
+                                   (((qh[1][wh] >> (2 * u)) & 0x03030303u) << 4));
+            const int sc0 = f.sc(0, g), sc1 = f.sc(1, g);
 #pragma unroll
-        for (int g = 0; g < 16; g++) {
-            corr[0] += f.sc[0][g] * r0[g];
-            corr[1] += f.sc[0][g] * r1[g];
-            corr[2] += f.sc[1][g] * r0[g];
-            corr[3] += f.sc[1][g] * r1[g];
+            for (int a = 0; a < NT; a++) {
+                const u32 b0 = xg[a] ? *(const u32*)(xg[a] + 16 * g + 4 * t) : 0u;
+                int c[4] = {0, 0, 0, 0};
+                mma_k16(c, a0, a1, b0);
+                is[a][0] += sc0 * c[0];
+                is[a][1] += sc0 * c[1];
+                is[a][2] += sc1 * c[2];
+                is[a][3] += sc1 * c[3];
+            }
         }
-#pragma unroll
-        for (int p = 0; p < 4; p++) is[p] -= 32 * corr[p];
+    }
+    // Four 6-bit values 0..63 to the signed bytes v - 32: v ^ 32 is v - 32 in 6-bit two's
+    // complement; bit 5 times 6 is the two sign bits above it.
+    static __device__ __forceinline__ u32 minus32(u32 v) {
+        const u32 x = v ^ 0x20202020u;
+        return x | ((x & 0x20202020u) * 6u);
     }
 };
 
@@ -249,14 +260,17 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
         if (b + S < nb) nxt.load(wt + (size_t)(b + S) * D::TB, ca, t);
         if (b < nb) {
             const typename D::F f = cur.decode();
+            const i8* xg[NT];
 #pragma unroll
             for (int a = 0; a < NT; a++) {
-                const int rg = row0 + 8 * a + gid, r0 = row0 + 8 * a + 2 * t, r1 = r0 + 1;
-                const i8* xg = rg < rows ? xq + (size_t)rg * k + (size_t)b * 256 : nullptr;
-                const i16* s0 = r0 < rows ? xs + (size_t)r0 * nsr + 16 * b : nullptr;
-                const i16* s1 = r1 < rows ? xs + (size_t)r1 * nsr + 16 * b : nullptr;
-                int is[4], ms[4];
-                cur.ints(f, xg, s0, s1, t, is, ms);
+                const int rg = row0 + 8 * a + gid;
+                xg[a] = rg < rows ? xq + (size_t)rg * k + (size_t)b * 256 : nullptr;
+            }
+            int is[NT][4], ms[NT][4];
+            cur.ints(f, xg, t, is, ms);
+#pragma unroll
+            for (int a = 0; a < NT; a++) {
+                const int r0 = row0 + 8 * a + 2 * t, r1 = r0 + 1;
                 if (S == 1) {
 #pragma unroll
                     for (int p = 0; p < 4; p++) {
@@ -264,15 +278,15 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
                         if (row < rows) {
                             acc[a][p] = block_step(acc[a][p], D::SHAPE, f.d[p / 2],
                                                    f.dmin[p / 2], xd[(size_t)row * nb + b],
-                                                   is[p], ms[p]);
+                                                   is[a][p], ms[a][p]);
                         }
                     }
                 } else {
 #pragma unroll
                     for (int p = 0; p < 4; p++) {
                         const int rl = 8 * a + 2 * t + (p & 1), cl = gid + 8 * (p / 2);
-                        s_is[slot % SS][rl % SR][cl] = is[p];
-                        s_ms[slot % SS][rl % SR][cl] = ms[p];
+                        s_is[slot % SS][rl % SR][cl] = is[a][p];
+                        s_ms[slot % SS][rl % SR][cl] = ms[a][p];
                     }
                 }
             }
@@ -321,7 +335,7 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
 
 // Staged form for many rows: a thread block of CW x RW warps covers 16 CW columns and 8 NT RW
 // rows; warp (cw, rw) takes 16 columns and 8 NT rows. Each block of k's activations (int8
-// values, sums, scale) is staged once in shared memory for all the block's warps, loaded into
+// values and scale) is staged once in shared memory for all the block's warps, loaded into
 // registers during the previous block's mmas; each warp's weights are prefetched as above.
 // The per-(row, column) chains are the S = 1 chains, in registers.
 template <class D, int NT, int CW, int RW>
@@ -331,13 +345,11 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
     constexpr int RB = 8 * NT * RW;                  // rows per thread block
     constexpr int TH = 32 * CW * RW;
     constexpr int XV = RB * 16 / TH;                 // 16-byte activation loads per thread
-    constexpr int SV = (2 * RB + TH - 1) / TH;      // 16-byte sum loads per thread
     constexpr int DV = (RB + TH - 1) / TH;          // scales per thread
     static_assert(RB * 16 % TH == 0, "staging split");
     __shared__ __align__(16) i8 s_x[RB * D::XPAD];
-    __shared__ __align__(16) i16 s_s[RB * 16];
     __shared__ float s_d[RB];
-    const int nb = k / 256, nsr = k / 16;
+    const int nb = k / 256;
     const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
     const int gid = lane / 4, t = lane % 4;
     const int cw = wp % CW, rw = wp / CW;
@@ -354,8 +366,8 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
         for (int p = 0; p < 4; p++) acc[a][p] = 0.0f;
 
     // Staging: thread i loads 16-byte pieces i, i + TH, ... of the block's RB x 256 values,
-    // of its 2 RB half-rows of 16 sums, and of its RB scales.
-    uint4 px[XV], ps[SV];
+    // and of its RB scales.
+    uint4 px[XV];
     float pd[DV];
     auto fetch = [&](int b) {
 #pragma unroll
@@ -363,13 +375,6 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
             const int i = threadIdx.x + j * TH, r = i / 16, c = i % 16;
             px[j] = rb0 + r < rows
                         ? *(const uint4*)(xq + (size_t)(rb0 + r) * k + (size_t)b * 256 + 16 * c)
-                        : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int j = 0; j < SV; j++) {
-            const int i = threadIdx.x + j * TH, r = i / 2, h = i % 2;
-            ps[j] = i < 2 * RB && rb0 + r < rows
-                        ? *(const uint4*)(xs + (size_t)(rb0 + r) * nsr + 16 * b + 8 * h)
                         : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
@@ -389,11 +394,6 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
             *(uint4*)(s_x + r * D::XPAD + 16 * c) = px[j];
         }
 #pragma unroll
-        for (int j = 0; j < SV; j++) {
-            const int i = threadIdx.x + j * TH;
-            if (i < 2 * RB) *(uint4*)(s_s + 8 * i) = ps[j];
-        }
-#pragma unroll
         for (int j = 0; j < DV; j++) {
             const int r = threadIdx.x + j * TH;
             if (r < RB) s_d[r] = pd[j];
@@ -403,17 +403,20 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
         if (!live) continue;
         if (b + 1 < nb) nxt.load(wt + (size_t)(b + 1) * D::TB, ca, t);
         const typename D::F f = cur.decode();
+        const i8* xg[NT];
+#pragma unroll
+        for (int a = 0; a < NT; a++) xg[a] = s_x + (rw * 8 * NT + 8 * a + gid) * D::XPAD;
+        int is[NT][4], ms[NT][4];
+        cur.ints(f, xg, t, is, ms);
 #pragma unroll
         for (int a = 0; a < NT; a++) {
-            const int lg = rw * 8 * NT + 8 * a + gid, l0 = rw * 8 * NT + 8 * a + 2 * t;
-            int is[4], ms[4];
-            cur.ints(f, s_x + lg * D::XPAD, s_s + l0 * 16, s_s + (l0 + 1) * 16, t, is, ms);
+            const int l0 = rw * 8 * NT + 8 * a + 2 * t;
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 const int l = l0 + (p & 1);
                 if (rb0 + l < rows)
                     acc[a][p] = block_step(acc[a][p], D::SHAPE, f.d[p / 2], f.dmin[p / 2],
-                                           s_d[l], is[p], ms[p]);
+                                           s_d[l], is[a][p], ms[a][p]);
             }
         }
         cur = nxt;
@@ -447,10 +450,7 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
     MMA_KERNEL(name, D, 2, 16, 1) \
     MMA_KERNEL(name, D, 2, 8, 1)  \
     MMA_KERNEL(name, D, 2, 4, 1)  \
-    MMA_KERNEL(name, D, 4, 4, 1)  \
-    MMA_KERNEL(name, D, 8, 2, 1)  \
-    MMA_KERNEL(name, D, 8, 1, 4)  \
-    MMA_KERNEL(name, D, 4, 1, 4)
+    MMA_KERNEL(name, D, 4, 4, 1)
 // Staged kernels: name_st_NT_CW_RW, 32 * CW * RW threads, a grid of (rows / (8 NT RW),
 // n / (16 CW)).
 #define MMA_STAGED(name, D, NT, CW, RW)                                                        \
@@ -461,6 +461,6 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
     }
 #define MMA_CONFIGS_ALL(name, D) \
     MMA_CONFIGS(name, D)         \
-    MMA_STAGED(name, D, 4, 4, 2)
+    MMA_STAGED(name, D, 2, 4, 2)
 MMA_CONFIGS_ALL(mma_q4k, MmaQ4K)
 MMA_CONFIGS_ALL(mma_q6k, MmaQ6K)

@@ -83,6 +83,9 @@ pub struct Gpu {
     /// measuring; `0` keeps the split of [`mma::MmaCfg::for_rows`]; unset: by shape,
     /// [`mma::MmaCfg::for_call`]).
     pub mma_split: Option<usize>,
+    /// Forces the tensor-core configuration of calls over 64 rows (`TENSORFOLD_CUDA_MMA_MANY`
+    /// = a suffix such as `2_1_1` or `st_2_4_2`, for measuring; which runs never changes a bit).
+    pub mma_many: Option<mma::MmaCfg>,
     /// Launches ask for programmatic dependent launch (`launch.rs`; sm_90 and newer,
     /// `TENSORFOLD_CUDA_PDL=0` turns it off).
     pub pdl: bool,
@@ -164,6 +167,9 @@ impl Gpu {
             mma_split: std::env::var("TENSORFOLD_CUDA_MMA_S")
                 .ok()
                 .and_then(|v| v.parse().ok()),
+            mma_many: std::env::var("TENSORFOLD_CUDA_MMA_MANY")
+                .ok()
+                .and_then(|v| mma::MMA_CFGS.iter().copied().find(|c| c.suffix() == v)),
             att_few: std::env::var("TENSORFOLD_CUDA_ATT_FEW")
                 .ok()
                 .and_then(|v| v.parse().ok())

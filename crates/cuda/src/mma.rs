@@ -30,10 +30,7 @@ pub const MMA_CFGS: &[MmaCfg] = &[
     MmaCfg::new(2, 8, 1),
     MmaCfg::new(2, 4, 1),
     MmaCfg::new(4, 4, 1),
-    MmaCfg::new(8, 2, 1),
-    MmaCfg::new(8, 1, 4),
-    MmaCfg::new(4, 1, 4),
-    MmaCfg::staged(4, 4, 2),
+    MmaCfg::staged(2, 4, 2),
 ];
 
 impl MmaCfg {
@@ -55,23 +52,25 @@ impl MmaCfg {
     }
 
     /// The configuration for a call of `rows` rows of `dtype` (every one gives the same bits;
-    /// chosen by the H200 timings of `gpu-check`'s speed table at 7B's FFN shapes).
+    /// chosen by the H200 timings of `gpu-check`'s speed table at 7B's FFN shapes). Over 64
+    /// rows one warp per block on 16 rows x 16 columns (2_1_1) beat every staged and multi-warp
+    /// form once the Q4_K mins and the Q6_K offset moved onto the tensor cores (512 rows: Q4_K
+    /// 18944 x 3584 462.6 µs against 558.8 for st_4_4_2, Q6_K 3584 x 18944 730.4 against 812.5).
     pub fn for_rows(dtype: DType, rows: usize) -> MmaCfg {
         match (dtype, rows) {
             (DType::Q6K, 0..=8) => MmaCfg::new(1, 8, 1),
-            (DType::Q6K, 9..=64) => MmaCfg::new(1, 4, 1),
-            (DType::Q6K, _) => MmaCfg::staged(4, 4, 2),
+            (DType::Q6K, 9..=32) => MmaCfg::new(2, 8, 1),
+            (DType::Q6K, 33..=64) => MmaCfg::staged(2, 4, 2),
             (_, 0..=8) => MmaCfg::new(1, 4, 1),
-            (_, 9..=16) => MmaCfg::new(2, 4, 1),
-            (_, 17..=64) => MmaCfg::new(4, 4, 1),
-            _ => MmaCfg::new(8, 1, 4),
+            (_, 9..=64) => MmaCfg::new(2, 4, 1),
+            _ => MmaCfg::new(2, 1, 1),
         }
     }
 
     /// The configuration for a call of `rows` rows of `dtype` into `n` columns at inner
     /// dimension `k`: [`for_rows`](Self::for_rows)'s tile, with the blocks of k split over as
     /// many warps as keep weight bytes in flight (every split gives the same bits). Where the
-    /// columns alone give 16 warps per multiprocessor of a large GPU (2,048) each warp takes
+    /// columns alone give 8 warps per multiprocessor of a large GPU (1,024) each warp takes
     /// every block of k (no shared-memory exchange, the chains in registers); otherwise Q4_K
     /// doubles the split while under 2,048 warps and each warp keeps 2 or more blocks. `split`
     /// forces a split where that configuration is compiled (for measuring). H200, verify
@@ -86,7 +85,7 @@ impl MmaCfg {
         let warps = n / 16 * rows.div_ceil(8 * base.nt);
         let s = match split {
             Some(s) => s,
-            None if warps >= 2048 => 1,
+            None if warps >= 1024 => 1,
             None if dtype == DType::Q4K => {
                 let nb = k / 256;
                 let mut s = base.s;
@@ -133,7 +132,10 @@ impl Gpu {
         if !interleaved_fits(dtype, w, n, x, out) {
             return Err(CudaError::Usage("matmul_mma: sizes".into()));
         }
-        let cfg = cfg.unwrap_or_else(|| MmaCfg::for_call(dtype, x.rows, n, x.k, self.mma_split));
+        let forced = self.mma_many.filter(|_| x.rows > 64);
+        let cfg = cfg
+            .or(forced)
+            .unwrap_or_else(|| MmaCfg::for_call(dtype, x.rows, n, x.k, self.mma_split));
         if !MMA_CFGS.contains(&cfg) {
             return Err(CudaError::Usage(format!(
                 "matmul_mma: no kernel for {cfg:?}"
