@@ -443,6 +443,7 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
 #define MMA_CONFIGS(name, D)      \
     MMA_KERNEL(name, D, 1, 1, 1)  \
     MMA_KERNEL(name, D, 2, 1, 1)  \
+    MMA_KERNEL(name, D, 2, 1, 2)  \
     MMA_KERNEL(name, D, 4, 1, 1)  \
     MMA_KERNEL(name, D, 1, 16, 1) \
     MMA_KERNEL(name, D, 1, 8, 1)  \

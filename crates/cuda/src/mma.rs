@@ -22,6 +22,7 @@ pub struct MmaCfg {
 pub const MMA_CFGS: &[MmaCfg] = &[
     MmaCfg::new(1, 1, 1),
     MmaCfg::new(2, 1, 1),
+    MmaCfg::new(2, 1, 2),
     MmaCfg::new(4, 1, 1),
     MmaCfg::new(1, 16, 1),
     MmaCfg::new(1, 8, 1),
@@ -55,7 +56,10 @@ impl MmaCfg {
     /// chosen by the H200 timings of `gpu-check`'s speed table at 7B's FFN shapes). Over 64
     /// rows one warp per block on 16 rows x 16 columns (2_1_1) beat every staged and multi-warp
     /// form once the Q4_K mins and the Q6_K offset moved onto the tensor cores (512 rows: Q4_K
-    /// 18944 x 3584 462.6 µs against 558.8 for st_4_4_2, Q6_K 3584 x 18944 730.4 against 812.5).
+    /// 18944 x 3584 462.6 µs against 558.8 for st_4_4_2, Q6_K 3584 x 18944 730.4 against 812.5);
+    /// two such warps on the same 16 columns (2_1_2, the second warp's weights from L1) measured
+    /// pp2048 1.2% better at the 7B shape and 1% worse at the 1.5B shape, four (2_1_4) worse at
+    /// both.
     pub fn for_rows(dtype: DType, rows: usize) -> MmaCfg {
         match (dtype, rows) {
             (DType::Q6K, 0..=8) => MmaCfg::new(1, 8, 1),
@@ -63,7 +67,7 @@ impl MmaCfg {
             (DType::Q6K, 33..=64) => MmaCfg::staged(2, 4, 2),
             (_, 0..=8) => MmaCfg::new(1, 4, 1),
             (_, 9..=64) => MmaCfg::new(2, 4, 1),
-            _ => MmaCfg::new(2, 1, 1),
+            _ => MmaCfg::new(2, 1, 2),
         }
     }
 
