@@ -226,7 +226,7 @@ template <class D, int NT, int S, int RW>
 __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* xq,
                                            const float* xd, const i16* xs, int rows, float* out) {
     const int R8 = NT * 8;
-    const int nb = k / 256, nsr = k / 16;
+    const int nb = k / 256;
     const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
     const int gid = lane / 4, t = lane % 4;
     const int slot = wp % S, rw = wp / S;
@@ -433,7 +433,8 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
 }
 
 // Kernels per type and configuration: name_NT_S_RW, launched with 32 * S * RW threads and a
-// grid of (rows / (8 NT RW), n / 16).
+// grid of (rows / (8 NT RW), n / 16). `xs` (the activation sums) is the quantized-matmul
+// launchers' common argument; these kernels do not read it.
 #define MMA_KERNEL(name, D, NT, S, RW)                                                         \
     extern "C" __global__ void __launch_bounds__(32 * S * RW)                                  \
         name##_##NT##_##S##_##RW(const u8* w, int n, int k, const i8* xq, const float* xd,     \
