@@ -31,10 +31,9 @@ struct GvQ4K {
     // `x`: the row's 256 activations of this block, `sr`: its 16 activation sums.
     __device__ __forceinline__ int2 sums(const i8* x, const i16* sr) const {
         // scale_min_k4 for all eight sub-blocks at once: bytes of sc03/mn03 (j < 4), sc47/mn47.
-        const u32 a0 = v[0].y, a1 = v[0].z, a2 = v[0].w;
-        const u32 sc03 = a0 & 0x3F3F3F3Fu, mn03 = a1 & 0x3F3F3F3Fu;
-        const u32 sc47 = (a2 & GV_M4) | (((a0 >> 6) & 0x03030303u) << 4);
-        const u32 mn47 = ((a2 >> 4) & GV_M4) | (((a1 >> 6) & 0x03030303u) << 4);
+        u32 sc[2], mn[2];
+        q4k_scales_mins(v[0].y, v[0].z, v[0].w, sc, mn);
+        const u32 sc03 = sc[0], sc47 = sc[1], mn03 = mn[0], mn47 = mn[1];
         const int4* x4 = (const int4*)x;
         int is = 0;
 #pragma unroll

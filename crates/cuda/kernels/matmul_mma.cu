@@ -57,6 +57,17 @@ __device__ __forceinline__ void load_sums(const i16* s, int (&v)[16]) {
     }
 }
 
+// Q4_K's eight 6-bit scales and mins (the CPU's `scales_mins_k4`) unpacked to a byte each, from
+// the block's scale bytes 0..3 (`a0`), 4..7 (`a1`) and 8..11 (`a2`): sc[h] / mn[h] hold
+// sub-blocks 4h .. 4h + 3, byte by byte.
+__device__ __forceinline__ void q4k_scales_mins(u32 a0, u32 a1, u32 a2, u32 (&sc)[2],
+                                                u32 (&mn)[2]) {
+    sc[0] = a0 & 0x3F3F3F3Fu;
+    mn[0] = a1 & 0x3F3F3F3Fu;
+    sc[1] = (a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4);
+    mn[1] = ((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4);
+}
+
 // Q4_K interleaved: word 0 = d, dmin, 12 bytes of 6-bit scales and mins; words 1..8 = qs.
 // Sub-block s = 2j + h is nibble h of qs[32j .. 32j + 32): lane t's values 8t .. 8t + 8 are
 // bytes 8(t % 2) .. of word 1 + 2j + t / 2.
@@ -94,13 +105,8 @@ struct MmaQ4K {
         F f;
 #pragma unroll
         for (int ci = 0; ci < 2; ci++) {
-            const uint4& v = w0[ci];  // bytes 4..7: scales 0..3 (low 6 bits), 8..11: mins
-            // 0..3, 12..15: the low nibbles of scales / mins 4..7; their top bits are the top
-            // two bits of bytes 4..7 / 8..11.
-            f.sc[ci][0] = v.y & 0x3F3F3F3Fu;
-            f.sc[ci][1] = (v.w & 0x0F0F0F0Fu) | ((v.y >> 2) & 0x30303030u);
-            f.mn[ci][0] = v.z & 0x3F3F3F3Fu;
-            f.mn[ci][1] = ((v.w >> 4) & 0x0F0F0F0Fu) | ((v.z >> 2) & 0x30303030u);
+            const uint4& v = w0[ci];  // d, dmin, then the 12 scale bytes
+            q4k_scales_mins(v.y, v.z, v.w, f.sc[ci], f.mn[ci]);
             f.d[ci] = f16_to_f32((u16)(v.x & 0xFFFF));
             f.dmin[ci] = f16_to_f32((u16)(v.x >> 16));
         }
