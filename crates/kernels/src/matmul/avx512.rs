@@ -130,6 +130,27 @@ unsafe fn paired_sums(
     _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(dp[2], dp[3]), sv[1])
 }
 
+/// [`paired_sums`] of block `b` for rows `r0 .. r0 + R` (the other lanes zero), with the
+/// groups' scales `svs` (i32 lanes) packed to i16 once for all rows.
+#[inline(always)]
+unsafe fn rows_paired_sums<const R: usize>(
+    x: &QuantAct,
+    r0: usize,
+    b: usize,
+    wv: &[__m512i; 4],
+    svs: &[__m512i; 4],
+) -> [__m512i; 8] {
+    let sv = [
+        _mm512_packs_epi32(svs[0], svs[1]),
+        _mm512_packs_epi32(svs[2], svs[3]),
+    ];
+    let mut isums = [_mm512_setzero_si512(); 8];
+    for (r, isum) in isums.iter_mut().enumerate().take(R) {
+        *isum = paired_sums(x.row_qs(r0 + r).as_ptr().add(256 * b), wv, &sv, *isum);
+    }
+    isums
+}
+
 /// Q4_K, eight rows at once: the weight block is decoded once, integer sums are reduced together
 /// and the float step runs on eight lanes (the same IEEE operations as [`block_step`]).
 #[inline(always)]
@@ -160,14 +181,7 @@ unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
             wv[g] = _mm512_mask_blend_epi64(0xF0, lo, hi);
             svs[g] = _mm512_permutexvar_epi32(idx[g], sv);
         }
-        let sv = [
-            _mm512_packs_epi32(svs[0], svs[1]),
-            _mm512_packs_epi32(svs[2], svs[3]),
-        ];
-        let mut isums = [zero; 8];
-        for (r, isum) in isums.iter_mut().enumerate().take(R) {
-            *isum = paired_sums(x.row_qs(r0 + r).as_ptr().add(256 * b), &wv, &sv, *isum);
-        }
+        let isums = rows_paired_sums::<R>(x, r0, b, &wv, &svs);
         // Σ_j min_j * sum32_j per row, from the block-major sums: 8 rows x 8 i16 = two vectors,
         // each row's four i32 partial sums in one 128-bit lane.
         let sp = x.sums32_t.as_ptr().add((b * rows + r0) * 8);
@@ -222,14 +236,7 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
             svs[2 * n] = _mm512_permutexvar_epi32(pa, s32);
             svs[2 * n + 1] = _mm512_permutexvar_epi32(pb, s32);
         }
-        let sv = [
-            _mm512_packs_epi32(svs[0], svs[1]),
-            _mm512_packs_epi32(svs[2], svs[3]),
-        ];
-        let mut isums = [zero; 8];
-        for (r, isum) in isums.iter_mut().enumerate().take(R) {
-            *isum = paired_sums(x.row_qs(r0 + r).as_ptr().add(256 * b), &wv, &sv, *isum);
-        }
+        let isums = rows_paired_sums::<R>(x, r0, b, &wv, &svs);
         // Σ_g scale_g * sum16_g per row: 8 rows x 16 i16 = four vectors.
         let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
         let scv = _mm512_broadcast_i64x4(sc16);
