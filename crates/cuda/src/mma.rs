@@ -77,9 +77,11 @@ impl MmaCfg {
     /// columns alone give 8 warps per multiprocessor of a large GPU (1,024) each warp takes
     /// every block of k (no shared-memory exchange, the chains in registers); otherwise Q4_K
     /// doubles the split while under 2,048 warps and each warp keeps 2 or more blocks. `split`
-    /// forces a split where that configuration is compiled (for measuring). H200, verify
-    /// rounds after 512 tokens: 16 rows 3.77-3.82 -> 3.58 ms (1.5B shape), 7.73-8.03 ->
-    /// 7.45-7.78 (7B); the Q6_K splits measured no better.
+    /// forces a split where that configuration is compiled (for measuring). H200: with a
+    /// 2,048-warp threshold, verify rounds after 512 tokens of 16 rows went 3.77-3.82 -> 3.58
+    /// ms (1.5B shape) and 7.73-8.03 -> 7.45-7.78 (7B); once the Q4_K mins moved onto the
+    /// tensor cores, 16 rows of 18944 x 3584 Q4_K took 29.4 µs unsplit (1,184 warps) against
+    /// 37.4 split in 8, hence 1,024. The Q6_K splits measured no better.
     pub fn for_call(dtype: DType, rows: usize, n: usize, k: usize, split: Option<usize>) -> MmaCfg {
         let base = MmaCfg::for_rows(dtype, rows);
         if base.cw > 1 || base.rw > 1 {

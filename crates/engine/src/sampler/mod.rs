@@ -274,10 +274,10 @@ fn argmax_lowest(z: &[f32]) -> (TokenId, f32) {
     (id as TokenId, z[id])
 }
 
-/// The running Gumbel-max over kept candidates: best score so far, ties to the lowest id.
 /// Tokens per chunk of a scan: 16 Philox blocks.
 const SCAN_CHUNK: usize = 4 * philox::BATCH_BLOCKS;
 
+/// The running Gumbel-max over kept candidates: best score so far, ties to the lowest id.
 struct Best {
     id: TokenId,
     score: f64,
