@@ -96,6 +96,12 @@ pub fn run(
                 .collect(),
         ),
         ("decode", span(0, 329, 330).collect()),
+        ("decode short", span(1, 40, 41).collect()),
+        (
+            "verify short",
+            span(0, 60, 62).chain(span(1, 44, 46)).collect(),
+        ),
+        ("tree", tree_rows()),
         ("prefill 2k", span(2, 1536, 2048).collect()),
     ];
     for (h, kvh, hd) in SHAPES {

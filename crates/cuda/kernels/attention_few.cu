@@ -19,7 +19,6 @@ struct FewSmem {
     float q[FEW_HEADS][HD];           // lane-major
     float k[KEY_CHUNK][HD + 4];       // lane-major, padded rows
     float e[FEW_HEADS][KEY_CHUNK];    // exp(s - m)
-    float cm[FEW_HEADS];
     int slots[KEY_CHUNK];
     int fresh[KEY_CHUNK];  // written by this call (`attn_few`'s `fresh`)
 };
