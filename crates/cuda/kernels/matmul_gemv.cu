@@ -15,6 +15,18 @@
 
 __device__ __forceinline__ int gv_byte(u32 w, int i) { return (int)((w >> (8 * i)) & 0xFF); }
 
+// The activation sums of one row's block: 16 i16 (one per 16 values) in two 16-byte loads.
+__device__ __forceinline__ void load_sums(const i16* s, int (&v)[16]) {
+    uint4 lo = s ? *(const uint4*)s : make_uint4(0, 0, 0, 0);
+    uint4 hi = s ? *(const uint4*)(s + 8) : make_uint4(0, 0, 0, 0);
+    const u32 w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[2 * i] = (int)(i16)(w[i] & 0xFFFF);
+        v[2 * i + 1] = (int)(i16)(w[i] >> 16);
+    }
+}
+
 // Q4_K: word 0 = d, dmin, 12 bytes of 6-bit scales and mins; words 1..8 = qs (element
 // 64j + 32h + l is nibble h of qs[32j + l]).
 struct GvQ4K {

@@ -44,19 +44,6 @@ __device__ __forceinline__ int byte_of(const uint4& v, int i) {
 // takes values [8t, 8t + 8) of a group of 32 (a0/b0 the first four, a2/b1 the next four), so
 // that its weight and activation bytes are contiguous (8-byte loads).
 
-// The activation sums of one row's block: 16 i16 (one per 16 values) in two 16-byte loads
-// (the few-row kernels of matmul_gemv.cu).
-__device__ __forceinline__ void load_sums(const i16* s, int (&v)[16]) {
-    uint4 lo = s ? *(const uint4*)s : make_uint4(0, 0, 0, 0);
-    uint4 hi = s ? *(const uint4*)(s + 8) : make_uint4(0, 0, 0, 0);
-    const u32 w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        v[2 * i] = (int)(i16)(w[i] & 0xFFFF);
-        v[2 * i + 1] = (int)(i16)(w[i] >> 16);
-    }
-}
-
 // Q4_K's eight 6-bit scales and mins (the CPU's `scales_mins_k4`) unpacked to a byte each, from
 // the block's scale bytes 0..3 (`a0`), 4..7 (`a1`) and 8..11 (`a2`): sc[h] / mn[h] hold
 // sub-blocks 4h .. 4h + 3, byte by byte.
