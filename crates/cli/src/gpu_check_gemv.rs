@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use tf_core::DType;
 use tf_cuda::gemv::GvCfg;
+use tf_cuda::mma::{MmaCfg, MMA_CFGS};
 use tf_cuda::Gpu;
 use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
 use tf_kernels::{SimdLevel, ThreadPool};
@@ -34,6 +35,7 @@ pub fn run(
     table: &mut Vec<Row>,
 ) -> Result<()> {
     let mut speed = Vec::new();
+    let mut few = Vec::new();
     for (si, &(name, dtype, n, k)) in SHAPES.iter().enumerate() {
         let rows_max = tf_cuda::gemv::GV_MAX_ROWS;
         let x = activations(rows_max, k, seed ^ 0x6e6d);
@@ -47,6 +49,9 @@ pub fn run(
         )?;
         let (dil, want) = (&m.dev, &m.want);
         let dx = gpu.upload(&x)?;
+        if n >= 512 {
+            few_speed(gpu, (name, dtype, n, k), dil, seed, &mut few)?;
+        }
         for rows in 1..=rows_max {
             let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
             let mut out = gpu.zeros::<f32>(rows * n)?;
@@ -100,6 +105,44 @@ pub fn run(
         );
     }
     println!();
+    println!("| mma few-row speed | type | n x k | rows | config | time (µs) | GB/s |");
+    println!("| --- | --- | --- | ---: | --- | ---: | ---: |");
+    for line in few {
+        println!("{line}");
+    }
+    println!();
+    Ok(())
+}
+
+/// Verify-round calls (8, 16, 32 rows) of one decode matrix: the tensor-core configuration
+/// chosen without the few-row form against every few-row one, per call in a stream of launches.
+fn few_speed(
+    gpu: &Gpu,
+    (name, dtype, n, k): (&str, DType, usize, usize),
+    dil: &tf_cuda::CudaSlice<u8>,
+    seed: u64,
+    lines: &mut Vec<String>,
+) -> Result<()> {
+    let x = activations(32, k, seed ^ 0x6677);
+    let dx = gpu.upload(&x)?;
+    let bytes = dtype.bytes_for(n * k).unwrap_or(0) as f64;
+    for rows in [8, 16, 32] {
+        let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
+        let mut out = gpu.zeros::<f32>(rows * n)?;
+        let old = MmaCfg::without_few(dtype, rows, n, k, None);
+        let cfgs = std::iter::once(old).chain(MMA_CFGS.iter().copied().filter(|c| c.h > 0));
+        for (i, cfg) in cfgs.enumerate() {
+            let mut go = || gpu.matmul_mma(dtype, dil, n, &act, &mut out, Some(cfg));
+            go()?;
+            let us = gpu.time_calls(20, &mut go)?;
+            let label = if i == 0 { "old " } else { "" };
+            lines.push(format!(
+                "| {name} | {dtype} | {n} x {k} | {rows} | {label}{} | {us:.1} | {:.0} |",
+                cfg.suffix(),
+                bytes / us / 1e3
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -19,6 +19,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("matmul_q.cu", include_str!("../kernels/matmul_q.cu")),
     ("matmul_t.cu", include_str!("../kernels/matmul_t.cu")),
     ("matmul_mma.cu", include_str!("../kernels/matmul_mma.cu")),
+    (
+        "matmul_mma_few.cu",
+        include_str!("../kernels/matmul_mma_few.cu"),
+    ),
     ("matmul_gemv.cu", include_str!("../kernels/matmul_gemv.cu")),
     ("matmul_f.cu", include_str!("../kernels/matmul_f.cu")),
     ("rmsnorm.cu", include_str!("../kernels/rmsnorm.cu")),

@@ -86,6 +86,10 @@ pub struct Gpu {
     /// Forces the tensor-core configuration of calls over 64 rows (`TENSORFOLD_CUDA_MMA_MANY`
     /// = a suffix such as `2_1_1` or `st_2_4_2`, for measuring; which runs never changes a bit).
     pub mma_many: Option<mma::MmaCfg>,
+    /// The few-row tensor-core form for calls of 5-64 rows (`TENSORFOLD_CUDA_MMA_FEW`, for
+    /// measuring: `0` turns it off (`Some(None)`), a suffix such as `fw_2_4_2` forces that
+    /// configuration; unset (`None`): [`mma::MmaCfg::few_for`]).
+    pub mma_few: Option<Option<mma::MmaCfg>>,
     /// Launches ask for programmatic dependent launch (`launch.rs`; sm_90 and newer,
     /// `TENSORFOLD_CUDA_PDL=0` turns it off).
     pub pdl: bool,
@@ -170,6 +174,12 @@ impl Gpu {
             mma_many: std::env::var("TENSORFOLD_CUDA_MMA_MANY")
                 .ok()
                 .and_then(|v| mma::MMA_CFGS.iter().copied().find(|c| c.suffix() == v)),
+            mma_few: std::env::var("TENSORFOLD_CUDA_MMA_FEW").ok().map(|v| {
+                mma::MMA_CFGS
+                    .iter()
+                    .copied()
+                    .find(|c| c.h > 0 && c.suffix() == v)
+            }),
             att_few: std::env::var("TENSORFOLD_CUDA_ATT_FEW")
                 .ok()
                 .and_then(|v| v.parse().ok())

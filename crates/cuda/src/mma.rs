@@ -9,13 +9,17 @@ use crate::{CudaError, Gpu, Result};
 
 /// One compiled configuration of the mma kernels: 8 `nt` rows per warp tile, `s` warps
 /// splitting the blocks of k, `rw` warps on further row tiles; with `cw` > 1 the staged form
-/// (`matmul_mma_staged`): `cw` x `rw` warps sharing activations staged in shared memory.
+/// (`matmul_mma_staged`): `cw` x `rw` warps sharing activations staged in shared memory; with
+/// `h` > 0 the few-row form (`matmul_mma_few.cu`): `h` warps on 16 columns each, `s` slots of
+/// them splitting the blocks of k, `st` with the activations staged in shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmaCfg {
     pub nt: usize,
     pub s: usize,
     pub rw: usize,
     pub cw: usize,
+    pub h: usize,
+    pub st: bool,
 }
 
 /// Every configuration `matmul_mma.cu` compiles (`MMA_CONFIGS`).
@@ -32,20 +36,56 @@ pub const MMA_CFGS: &[MmaCfg] = &[
     MmaCfg::new(2, 4, 1),
     MmaCfg::new(4, 4, 1),
     MmaCfg::staged(2, 4, 2),
+    MmaCfg::few(1, 4, 2, false),
+    MmaCfg::few(2, 4, 2, false),
+    MmaCfg::few(2, 8, 1, false),
+    MmaCfg::few(2, 8, 1, true),
 ];
+
+/// The widest matrix the few-row form takes by default (`TENSORFOLD_CUDA_MMA_FEW_N` overrides,
+/// for measuring): 264 thread blocks of 16 columns, one wave on an H200.
+pub const FEW_MAX_N: usize = 4224;
 
 impl MmaCfg {
     pub const fn new(nt: usize, s: usize, rw: usize) -> MmaCfg {
-        MmaCfg { nt, s, rw, cw: 1 }
+        MmaCfg {
+            nt,
+            s,
+            rw,
+            cw: 1,
+            h: 0,
+            st: false,
+        }
     }
 
     pub const fn staged(nt: usize, cw: usize, rw: usize) -> MmaCfg {
-        MmaCfg { nt, s: 1, rw, cw }
+        MmaCfg {
+            nt,
+            s: 1,
+            rw,
+            cw,
+            h: 0,
+            st: false,
+        }
+    }
+
+    pub const fn few(nt: usize, s: usize, h: usize, st: bool) -> MmaCfg {
+        MmaCfg {
+            nt,
+            s,
+            rw: 1,
+            cw: 1,
+            h,
+            st,
+        }
     }
 
     /// The kernel's name suffix (after the type's base name).
     pub fn suffix(&self) -> String {
-        if self.cw > 1 {
+        if self.h > 0 {
+            let p = if self.st { "fws" } else { "fw" };
+            format!("{p}_{}_{}_{}", self.nt, self.s, self.h)
+        } else if self.cw > 1 {
             format!("st_{}_{}_{}", self.nt, self.cw, self.rw)
         } else {
             format!("{}_{}_{}", self.nt, self.s, self.rw)
@@ -83,6 +123,20 @@ impl MmaCfg {
     /// tensor cores, 16 rows of 18944 x 3584 Q4_K took 29.4 µs unsplit (1,184 warps) against
     /// 37.4 split in 8, hence 1,024. The Q6_K splits measured no better.
     pub fn for_call(dtype: DType, rows: usize, n: usize, k: usize, split: Option<usize>) -> MmaCfg {
+        match MmaCfg::few_for(dtype, rows, n) {
+            Some(c) => c,
+            None => MmaCfg::without_few(dtype, rows, n, k, split),
+        }
+    }
+
+    /// [`for_call`](Self::for_call) among the forms other than the few-row one.
+    pub fn without_few(
+        dtype: DType,
+        rows: usize,
+        n: usize,
+        k: usize,
+        split: Option<usize>,
+    ) -> MmaCfg {
         let base = MmaCfg::for_rows(dtype, rows);
         if base.cw > 1 || base.rw > 1 {
             return base;
@@ -109,7 +163,39 @@ impl MmaCfg {
         }
     }
 
-    fn launch(self, rows: usize, n: usize) -> LaunchConfig {
+    /// The few-row form for a call of `rows` rows into `n` columns, where it is the faster:
+    /// 5-16 rows of matrices whose 16-column blocks fit one wave of two 8-warp thread blocks per
+    /// multiprocessor of an H200 (n <= 4,224: a 7B layer's o and down, all of a 1.5B layer's
+    /// but gate|up). H200, per call in a stream of launches (`gpu-check`'s few-row table), 16
+    /// rows, the other forms -> `fw_2_8_1`: 7B o 11.7 -> 7.5 µs, down Q6_K 46.2 -> 43.6, 1.5B
+    /// q|k|v 6.3 -> 4.1, down 14.5 -> 14.1; 8 rows: 7B o 8.1 -> 5.9, down Q4_K 28.6 -> 27.8,
+    /// Q6_K 33.9 -> 31.4. Wider matrices (gate|up, the head) and 17 rows or more stay faster on
+    /// the forms that give each warp all the blocks of k.
+    pub fn few_for(_dtype: DType, rows: usize, n: usize) -> Option<MmaCfg> {
+        let max_n = std::env::var("TENSORFOLD_CUDA_MMA_FEW_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(FEW_MAX_N);
+        ((5..=16).contains(&rows) && n <= max_n).then_some(MmaCfg::few(2, 8, 1, false))
+    }
+
+    /// Dynamic shared memory of the few-row form (`matmul_mma_few.cu`): two buffers of the
+    /// slots' sums and factors, and with `st` of their activation blocks.
+    fn few_smem(&self, dtype: DType) -> usize {
+        let (r8, cols) = (8 * self.nt, 16 * self.h);
+        let xpad = if dtype == DType::Q4K { 288 } else { 272 };
+        let staged = if self.st { 2 * self.s * r8 * xpad } else { 0 };
+        2 * self.s * (r8 * (cols + 1) * 8 + cols * 8) + staged
+    }
+
+    fn launch(self, dtype: DType, rows: usize, n: usize) -> LaunchConfig {
+        if self.h > 0 {
+            return LaunchConfig {
+                grid_dim: (grid(n, 16 * self.h), grid(rows, 8 * self.nt), 1),
+                block_dim: ((32 * self.s * self.h) as u32, 1, 1),
+                shared_mem_bytes: self.few_smem(dtype) as u32,
+            };
+        }
         LaunchConfig {
             grid_dim: (grid(rows, 8 * self.nt * self.rw), grid(n, 16 * self.cw), 1),
             block_dim: ((32 * self.s * self.rw * self.cw) as u32, 1, 1),
@@ -139,17 +225,34 @@ impl Gpu {
             return Err(CudaError::Usage("matmul_mma: sizes".into()));
         }
         let forced = self.mma_many.filter(|_| x.rows > 64);
-        let cfg = cfg
-            .or(forced)
-            .unwrap_or_else(|| MmaCfg::for_call(dtype, x.rows, n, x.k, self.mma_split));
+        let few = MmaCfg::few_for(dtype, x.rows, n);
+        let cfg = match (cfg.or(forced), self.mma_few) {
+            (Some(c), _) => c,
+            (None, Some(f)) if few.is_some() => match f {
+                Some(c) => c,
+                None => MmaCfg::without_few(dtype, x.rows, n, x.k, self.mma_split),
+            },
+            _ => MmaCfg::for_call(dtype, x.rows, n, x.k, self.mma_split),
+        };
         if !MMA_CFGS.contains(&cfg) {
             return Err(CudaError::Usage(format!(
                 "matmul_mma: no kernel for {cfg:?}"
             )));
         }
         let name = format!("{base}_{}", cfg.suffix());
-        // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout.
-        unsafe { self.launch_quant(&name, cfg.launch(x.rows, n), w, n, x, out) }
+        let launch = cfg.launch(dtype, x.rows, n);
+        if launch.shared_mem_bytes as usize > self.smem_optin {
+            return Err(CudaError::Usage("matmul_mma: shared memory".into()));
+        }
+        if cfg.h > 0 {
+            self.function(&name)?.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                launch.shared_mem_bytes as i32,
+            )?;
+        }
+        // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout (and
+        // the few-row form `launch.shared_mem_bytes` of dynamic shared memory).
+        unsafe { self.launch_quant(&name, launch, w, n, x, out) }
     }
 }
 
@@ -170,14 +273,22 @@ mod tests {
                     for split in [None, Some(0), Some(1), Some(3)] {
                         let c = MmaCfg::for_call(dtype, rows, n, k, split);
                         assert!(MMA_CFGS.contains(&c), "{dtype} {rows} {n} {k} {split:?}");
+                        let c = MmaCfg::without_few(dtype, rows, n, k, split);
+                        assert!(MMA_CFGS.contains(&c), "{dtype} {rows} {n} {k} {split:?}");
                         assert_eq!(c.nt, MmaCfg::for_rows(dtype, rows).nt);
                     }
                 }
             }
         }
-        let src = include_str!("../kernels/matmul_mma.cu");
+        let src = concat!(
+            include_str!("../kernels/matmul_mma.cu"),
+            include_str!("../kernels/matmul_mma_few.cu")
+        );
         for c in MMA_CFGS {
-            let line = if c.cw > 1 {
+            let line = if c.h > 0 {
+                let p = if c.st { "true, fws" } else { "false, fw" };
+                format!("MMA_FEW(name, D, {}, {}, {}, {p})", c.nt, c.s, c.h)
+            } else if c.cw > 1 {
                 format!("MMA_STAGED(name, D, {}, {}, {})", c.nt, c.cw, c.rw)
             } else {
                 format!("MMA_KERNEL(name, D, {}, {}, {})", c.nt, c.s, c.rw)

@@ -1,0 +1,158 @@
+// Few-row tensor-core matmuls (verify rounds of 5-16 rows), Q4_K and Q6_K interleaved: the
+// integer sums of `matmul_mma.cu`'s MmaQ4K / MmaQ6K, the CPU's float chain per (row, column) in
+// ascending block order, so the same bits as every other matmul kernel.
+//
+// The forms of `matmul_mma.cu` give each warp all the blocks of k for its 16 columns (or split
+// them with two barriers per round). Here, as in the one-row kernels (`matmul_gemv.cu`), the
+// warps of a thread block split the blocks of k: H warps cover the block's 16 H columns (one
+// 16-column half each) and S slots of them take blocks s, s + S, ...; every warp's weights are
+// requested into L2 before the kernel waits for its input, and each warp loads its next block
+// while it computes the current one. Per round the S blocks' integer sums go to a double-buffered
+// exchange in shared memory (one barrier per round); then the block's threads advance the float
+// chains over the round's blocks in order. The exchange costs instructions (Nsight Compute, 16
+// rows of 7B's gate|up: 27.9 M against 16.5 M), so this form wins only where the others leave
+// the GPU short of warps: matrices of a few thousand columns (`MmaCfg::few_for`).
+
+#define FW_PAD 1  // int2 padding per exchange row
+
+// Dynamic shared memory (`MmaCfg::few_smem` in mma.rs must agree): two buffers of the slots'
+// integer sums [S][R8][16 H + FW_PAD] (int2) and factors [S][16 H] (float2); with ST, then two
+// buffers of the slots' staged activation blocks [S][R8][D::XPAD] (int8).
+template <class D, int NT, int S, int H, bool ST>
+__device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const i8* xq,
+                                               const float* xd, int rows, float* out) {
+    constexpr int R8 = 8 * NT, COLS = 16 * H, TH = 32 * S * H;
+    constexpr int CP = (R8 * COLS + TH - 1) / TH;  // chains per thread
+    constexpr int RS = R8 * (COLS + FW_PAD);       // int2 per slot's sums
+    const int nb = k / 256;
+    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
+    const int gid = lane / 4, t = lane % 4;
+    const int half = wp % H, slot = wp / H;
+    const int cb = blockIdx.x * COLS;  // the thread block's first column
+    const int col0 = cb + 16 * half;   // this warp's first column
+    const int row0 = blockIdx.y * R8;
+    const bool live = col0 < n;
+    const int tile = col0 / 32, ca = col0 % 32 + gid;
+    const u8* wt = w + (size_t)tile * nb * D::TB;
+
+    extern __shared__ __align__(16) int2 fw_smem[];
+    int2* s_rec = fw_smem;                                   // [2][S][R8][COLS + FW_PAD]
+    float2* s_f = (float2*)(fw_smem + 2 * S * RS);           // [2][S][COLS]
+    i8* s_x = (i8*)(s_f + 2 * S * COLS);                     // [2][S][R8][XPAD]
+    float chain[CP];
+#pragma unroll
+    for (int i = 0; i < CP; i++) chain[i] = 0.0f;
+
+    // The weights are constant: before waiting for the kernel that writes the activations, the
+    // warp's first block is loaded and its later blocks are requested into L2 (the 128-byte
+    // lines of its 16 columns: 256 bytes of each 512-byte word, and a Q6_K block's scales).
+    D cur, nxt;
+    if (live && slot < nb) cur.load(wt + (size_t)slot * D::TB, ca, t);
+    if (live) {
+        const int ho = (col0 % 32) / 16;
+        for (int b = slot + S; b < nb; b += S) {
+            const u8* tb = wt + (size_t)b * D::TB;
+            for (int line = lane; line * 128 < D::TB; line += 32) {
+                const int o = line * 128;
+                if (o >= (D::TB / 512) * 512 || (o % 512) / 256 == ho)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(tb + o));
+            }
+        }
+    }
+    pdl_enter();
+    // ST: round r's activation blocks (S blocks x R8 rows) are copied into buffer r & 1 with
+    // cp.async during round r - 1; rows past `rows` are never read.
+    auto stage = [&](int r) {
+        i8* dst = s_x + (size_t)(r & 1) * S * R8 * D::XPAD;
+        for (int i = threadIdx.x; i < S * R8 * 16; i += TH) {
+            const int c = i % 16, rl = (i / 16) % R8, sl = i / (16 * R8);
+            const int b = r * S + sl, row = row0 + rl;
+            if (b < nb && row < rows) {
+                const i8* src = xq + (size_t)row * k + (size_t)b * 256 + 16 * c;
+                const unsigned sa = (unsigned)__cvta_generic_to_shared(
+                    dst + ((size_t)sl * R8 + rl) * D::XPAD + 16 * c);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src));
+            }
+        }
+        asm volatile("cp.async.commit_group;");
+    };
+    if (ST) {
+        stage(0);
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+    }
+    const int rounds = (nb + S - 1) / S;
+    for (int r = 0; r < rounds; r++) {
+        const int b = r * S + slot, buf = r & 1;
+        if (ST && r + 1 < rounds) stage(r + 1);
+        if (live && b + S < nb) nxt.load(wt + (size_t)(b + S) * D::TB, ca, t);
+        if (live && b < nb) {
+            const typename D::F f = cur.decode();
+            const i8* xg[NT];
+#pragma unroll
+            for (int a = 0; a < NT; a++) {
+                const int rg = row0 + 8 * a + gid;
+                if (rg >= rows)
+                    xg[a] = nullptr;
+                else if (ST)
+                    xg[a] = s_x + (((size_t)buf * S + slot) * R8 + 8 * a + gid) * D::XPAD;
+                else
+                    xg[a] = xq + (size_t)rg * k + (size_t)b * 256;
+            }
+            int is[NT][4], ms[NT][4];
+            cur.ints(f, xg, t, is, ms);
+            int2* rec = s_rec + (size_t)(buf * S + slot) * RS;
+#pragma unroll
+            for (int a = 0; a < NT; a++)
+#pragma unroll
+                for (int p = 0; p < 4; p++)
+                    rec[(8 * a + 2 * t + (p & 1)) * (COLS + FW_PAD) + 16 * half + gid + 8 * (p / 2)] =
+                        make_int2(is[a][p], ms[a][p]);
+            if (t == 0) {
+                float2* fs = s_f + (size_t)(buf * S + slot) * COLS + 16 * half + gid;
+                fs[0] = make_float2(f.d[0], f.dmin[0]);
+                fs[8] = make_float2(f.d[1], f.dmin[1]);
+            }
+        }
+        cur = nxt;
+        if (ST) asm volatile("cp.async.wait_all;" ::: "memory");
+        // One barrier per round: round r + 2 writes these buffers again only after every thread
+        // passed round r + 1's barrier, that is, finished this round's chains.
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < CP; i++) {
+            const int p = threadIdx.x + i * TH, cl = p % COLS, rl = p / COLS;
+            const int row = row0 + rl;
+            if (rl < R8 && row < rows) {
+                for (int j = 0; j < S && r * S + j < nb; j++) {
+                    const float2 fj = s_f[(size_t)(buf * S + j) * COLS + cl];
+                    const int2 rec = s_rec[(size_t)(buf * S + j) * RS + rl * (COLS + FW_PAD) + cl];
+                    chain[i] = block_step(chain[i], D::SHAPE, fj.x, fj.y,
+                                          xd[(size_t)row * nb + r * S + j], rec.x, rec.y);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < CP; i++) {
+        const int p = threadIdx.x + i * TH, cl = p % COLS, rl = p / COLS;
+        const int row = row0 + rl, col = cb + cl;
+        if (rl < R8 && row < rows && col < n) out[(size_t)row * n + col] = chain[i];
+    }
+}
+
+// name_fw{,s}_NT_S_H (s: activations staged): 32 S H threads, a grid of (n / (16 H),
+// rows / (8 NT)) (`mma::MmaCfg::few`).
+#define MMA_FEW(name, D, NT, S, H, ST, P)                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * S * H)                                   \
+        name##_##P##_##NT##_##S##_##H(const u8* w, int n, int k, const i8* xq,                 \
+                                      const float* xd, const i16* xs, int rows, float* out) {  \
+        matmul_mma_few<D, NT, S, H, ST>(w, n, k, xq, xd, rows, out);                           \
+    }
+#define MMA_FEW_CONFIGS(name, D)         \
+    MMA_FEW(name, D, 1, 4, 2, false, fw) \
+    MMA_FEW(name, D, 2, 4, 2, false, fw) \
+    MMA_FEW(name, D, 2, 8, 1, false, fw) \
+    MMA_FEW(name, D, 2, 8, 1, true, fws)
+MMA_FEW_CONFIGS(mma_q4k, MmaQ4K)
+MMA_FEW_CONFIGS(mma_q6k, MmaQ6K)
