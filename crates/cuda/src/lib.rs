@@ -86,9 +86,9 @@ pub struct Gpu {
     /// Forces the tensor-core configuration of calls over 64 rows (`TENSORFOLD_CUDA_MMA_MANY`
     /// = a suffix such as `2_1_1` or `st_2_4_2`, for measuring; which runs never changes a bit).
     pub mma_many: Option<mma::MmaCfg>,
-    /// The few-row tensor-core form for calls of 5-64 rows (`TENSORFOLD_CUDA_MMA_FEW`, for
-    /// measuring: `0` turns it off (`Some(None)`), a suffix such as `fw_2_4_2` forces that
-    /// configuration; unset (`None`): [`mma::MmaCfg::few_for`]).
+    /// The few-row tensor-core form on the calls [`mma::MmaCfg::few_for`] gives it
+    /// (`TENSORFOLD_CUDA_MMA_FEW`, for measuring: `0` turns it off (`Some(None)`), a suffix
+    /// such as `fws_2_8_1` puts that configuration there instead; unset: `None`).
     pub mma_few: Option<Option<mma::MmaCfg>>,
     /// Launches ask for programmatic dependent launch (`launch.rs`; sm_90 and newer,
     /// `TENSORFOLD_CUDA_PDL=0` turns it off).

@@ -123,7 +123,7 @@ impl MmaCfg {
     /// tensor cores, 16 rows of 18944 x 3584 Q4_K took 29.4 µs unsplit (1,184 warps) against
     /// 37.4 split in 8, hence 1,024. The Q6_K splits measured no better.
     pub fn for_call(dtype: DType, rows: usize, n: usize, k: usize, split: Option<usize>) -> MmaCfg {
-        match MmaCfg::few_for(dtype, rows, n) {
+        match MmaCfg::few_for(rows, n) {
             Some(c) => c,
             None => MmaCfg::without_few(dtype, rows, n, k, split),
         }
@@ -171,11 +171,14 @@ impl MmaCfg {
     /// q|k|v 6.3 -> 4.1, down 14.5 -> 14.1; 8 rows: 7B o 8.1 -> 5.9, down Q4_K 28.6 -> 27.8,
     /// Q6_K 33.9 -> 31.4. Wider matrices (gate|up, the head) and 17 rows or more stay faster on
     /// the forms that give each warp all the blocks of k.
-    pub fn few_for(_dtype: DType, rows: usize, n: usize) -> Option<MmaCfg> {
-        let max_n = std::env::var("TENSORFOLD_CUDA_MMA_FEW_N")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(FEW_MAX_N);
+    pub fn few_for(rows: usize, n: usize) -> Option<MmaCfg> {
+        static MAX_N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let max_n = *MAX_N.get_or_init(|| {
+            std::env::var("TENSORFOLD_CUDA_MMA_FEW_N")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(FEW_MAX_N)
+        });
         ((5..=16).contains(&rows) && n <= max_n).then_some(MmaCfg::few(2, 8, 1, false))
     }
 
@@ -225,7 +228,7 @@ impl Gpu {
             return Err(CudaError::Usage("matmul_mma: sizes".into()));
         }
         let forced = self.mma_many.filter(|_| x.rows > 64);
-        let few = MmaCfg::few_for(dtype, x.rows, n);
+        let few = MmaCfg::few_for(x.rows, n);
         let cfg = match (cfg.or(forced), self.mma_few) {
             (Some(c), _) => c,
             (None, Some(f)) if few.is_some() => match f {
