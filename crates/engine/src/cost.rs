@@ -25,8 +25,9 @@ pub struct CostModel {
     row_secs: Vec<f64>,
     /// How the machine runs now relative to the measured shape.
     scale: f64,
-    /// Per proposer: P(guess i accepted | guesses before it accepted).
-    accept: HashMap<&'static str, [f64; MAX_DRAFT]>,
+    /// Per proposer: P(guess i accepted | guesses before it accepted), and how many leading
+    /// positions have been observed (a window observes positions from the first in order).
+    accept: HashMap<&'static str, ([f64; MAX_DRAFT], usize)>,
     /// Per proposer that runs a model: seconds per proposed token.
     propose_secs: HashMap<&'static str, f64>,
 }
@@ -94,24 +95,37 @@ impl CostModel {
 
     /// A window of `drafted` guesses from `source` had its first `accepted` accepted.
     pub fn observe_accept(&mut self, source: &'static str, drafted: usize, accepted: usize) {
-        let p = self
+        let (p, seen) = self
             .accept
             .entry(source)
-            .or_insert([PRIOR_ACCEPT; MAX_DRAFT]);
-        for (i, slot) in p.iter_mut().enumerate().take(drafted.min(MAX_DRAFT)) {
+            .or_insert(([PRIOR_ACCEPT; MAX_DRAFT], 0));
+        for i in 0..drafted.min(MAX_DRAFT) {
             if i > accepted {
                 break;
             }
+            if i >= *seen {
+                // The first observation of a position starts from the estimate it was given.
+                p[i] = if i == 0 { PRIOR_ACCEPT } else { p[i - 1] };
+                *seen = i + 1;
+            }
             let hit = if i < accepted { 1.0 } else { 0.0 };
-            *slot += DECAY * (hit - *slot);
+            p[i] += DECAY * (hit - p[i]);
         }
     }
 
+    /// Per position, the decaying acceptance; past the last position ever observed, that
+    /// position's estimate (a source whose guesses keep landing is assumed to keep landing
+    /// one further, so that windows can grow and learn; the prior where nothing was seen).
     pub fn acceptance(&self, source: &'static str) -> [f64; MAX_DRAFT] {
-        self.accept
-            .get(source)
-            .copied()
-            .unwrap_or([PRIOR_ACCEPT; MAX_DRAFT])
+        match self.accept.get(source) {
+            None | Some((_, 0)) => [PRIOR_ACCEPT; MAX_DRAFT],
+            Some(&(mut p, seen)) => {
+                for i in seen..MAX_DRAFT {
+                    p[i] = p[seen - 1];
+                }
+                p
+            }
+        }
     }
 
     /// Whether a proposer costing `per_guess_secs` a guess could beat serial decoding even if
@@ -233,9 +247,26 @@ mod tests {
         }
         let p = m.acceptance("x");
         assert!(p[0] > 0.95 && p[1] < 0.05);
-        assert!(
-            (p[2] - PRIOR_ACCEPT).abs() < 1e-9,
-            "no information past the first miss"
-        );
+        // No observation past the first miss: the last observed position's estimate.
+        assert_eq!(p[2], p[1]);
+        assert_eq!(p[MAX_DRAFT - 1], p[1]);
+    }
+
+    #[test]
+    fn windows_grow_past_positions_never_drafted() {
+        // Guesses that always land, from a source only ever drafted 3 at a time: the next
+        // position is assumed to land too, so the window can grow (the flat prior would stop
+        // it there), and a position's first observation starts from that estimate.
+        let mut m = CostModel::from_points(&[(1, 1.0), (4, 1.45), (8, 2.1), (16, 4.2)]);
+        for _ in 0..100 {
+            m.observe_accept("c", 3, 3);
+        }
+        let p = m.acceptance("c");
+        assert!(p[2] > 0.99 && p[3] == p[2] && p[8] == p[2]);
+        assert!(m.best_window("c", 8, 0, 0.0) > 3);
+        m.observe_accept("c", 4, 3);
+        let q = m.acceptance("c");
+        assert!((q[3] - q[2] * (1.0 - DECAY)).abs() < 1e-12, "{}", q[3]);
+        assert_eq!(m.acceptance("never"), [PRIOR_ACCEPT; MAX_DRAFT]);
     }
 }

@@ -27,24 +27,42 @@ impl Default for Copies {
 /// Earlier occurrences of a suffix examined per lookup (bounds the cost on repetitive text).
 const MAX_CANDIDATES: usize = 16;
 
-/// Names under which copies are tracked, by the length of the matched suffix: a 1-token match
-/// predicts far worse than a 4-token one, and the cost model learns each separately (a 1-token
-/// match still pays where a 2-row forward costs about what a 1-row one does).
-pub const COPY_SOURCES: [&str; 4] = ["copies-1", "copies-2", "copies-3", "copies-4+"];
+/// How far a match is followed back past the suffix to tell occurrences apart.
+const MAX_MATCH: usize = 64;
+
+/// Names under which copies are tracked, by the length of the match (the suffix and as far
+/// back as the earlier text agrees): a 1-token match predicts far worse than a 4-token one, and
+/// a match of a whole line or more (an edit's reply walking through the code it quotes) better
+/// still; the cost model learns each separately (a 1-token match still pays where a 2-row
+/// forward costs about what a 1-row one does).
+pub const COPY_SOURCES: [&str; 6] = [
+    "copies-1",
+    "copies-2",
+    "copies-3",
+    "copies-4-7",
+    "copies-8-15",
+    "copies-16+",
+];
 
 /// The source name of a match of `len` tokens.
 pub fn copy_source(len: usize) -> &'static str {
-    COPY_SOURCES[len.clamp(1, 4) - 1]
+    match len {
+        0..=3 => COPY_SOURCES[len.max(1) - 1],
+        4..=7 => COPY_SOURCES[3],
+        8..=15 => COPY_SOURCES[4],
+        _ => COPY_SOURCES[5],
+    }
 }
 
 impl Copies {
-    /// The continuation after the most recent earlier occurrence of the longest matching suffix.
+    /// The continuation after the earlier occurrence of the longest matching suffix that agrees
+    /// with the text before it the furthest back (the most recent among equals).
     pub fn lookup(&self, tokens: &[TokenId], max: usize) -> Vec<TokenId> {
         self.lookup_with_len(tokens, max).0
     }
 
-    /// Like [`lookup`](Self::lookup), also returning the length of the matched suffix (0 when
-    /// nothing matched).
+    /// Like [`lookup`](Self::lookup), also returning the length of the match (the suffix and
+    /// the agreeing text before it, at most [`MAX_MATCH`]; 0 when nothing matched).
     pub fn lookup_with_len(&self, tokens: &[TokenId], max: usize) -> (Vec<TokenId>, usize) {
         let n = tokens.len();
         if max == 0 || n < self.min_ngram + 1 {
@@ -53,30 +71,35 @@ impl Copies {
         let lo = n.saturating_sub(self.window);
         for len in (self.min_ngram..=self.max_ngram.min(n - 1)).rev() {
             let suffix = &tokens[n - len..];
-            // Earlier occurrences, most recent first: the first whose continuation is as long as
-            // asked wins; otherwise the longest continuation seen (a recent repeat can be only a
-            // few tokens back, while the same text in the prompt goes on for hundreds).
-            let mut best: Option<(usize, usize)> = None;
+            // Earlier occurrences, most recent first, ranked by how far back they agree (text
+            // quoted in the prompt and walked through again in the reply agrees for lines,
+            // while the same few tokens elsewhere do not), then by the length of their
+            // continuation (a recent repeat can be only a few tokens back, while the same text
+            // in the prompt goes on for hundreds).
+            let mut best: Option<(usize, usize, usize)> = None; // (from, avail, match)
             let mut start = n - len;
             let mut seen = 0;
             while start > lo && seen < MAX_CANDIDATES {
                 start -= 1;
-                if &tokens[start..start + len] == suffix {
-                    seen += 1;
-                    let from = start + len;
-                    let avail = (n - from).min(max);
-                    if best.is_none_or(|(_, b)| avail > b) {
-                        best = Some((from, avail));
-                    }
-                    if avail == max {
-                        break;
-                    }
+                if &tokens[start..start + len] != suffix {
+                    continue;
+                }
+                seen += 1;
+                let from = start + len;
+                let avail = (n - from).min(max);
+                if avail == 0 {
+                    continue;
+                }
+                let back = (1..=MAX_MATCH.saturating_sub(len).min(start))
+                    .take_while(|&j| tokens[start - j] == tokens[n - len - j])
+                    .count();
+                let m = len + back;
+                if best.is_none_or(|(_, a, bm)| (m, avail) > (bm, a)) {
+                    best = Some((from, avail, m));
                 }
             }
-            if let Some((from, avail)) = best {
-                if avail > 0 {
-                    return (tokens[from..from + avail].to_vec(), len);
-                }
+            if let Some((from, avail, m)) = best {
+                return (tokens[from..from + avail].to_vec(), m);
             }
         }
         (Vec::new(), 0)
@@ -164,5 +187,32 @@ mod tests {
         // A recent repeat with a short continuation loses to an older, longer one.
         let t = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 1, 2, 3];
         assert_eq!(c.lookup(&t, 4), vec![4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn the_occurrence_that_agrees_furthest_back_wins() {
+        let c = Copies::default();
+        // Quoted text 10 11 12 13 1 2 3 4 5 and a repeat 20 1 2 3 4 6 later: a reply walking
+        // through the quote (... 12 13 1 2 3 4) continues the quote, not the recent repeat.
+        let t = [
+            10, 11, 12, 13, 1, 2, 3, 4, 5, 30, 20, 1, 2, 3, 4, 6, 31, 11, 12, 13, 1, 2, 3, 4,
+        ];
+        let (cont, len) = c.lookup_with_len(&t, 2);
+        assert_eq!(cont, vec![5, 30]);
+        assert_eq!(len, 7);
+        assert_eq!(copy_source(len), "copies-4-7");
+        // With nothing agreeing before the suffix, the most recent occurrence wins as before.
+        let t = [1, 2, 3, 4, 5, 30, 20, 1, 2, 3, 4, 6, 31, 9, 1, 2, 3, 4];
+        assert_eq!(c.lookup_with_len(&t, 1), (vec![6], 4));
+        // The match is followed back at most MAX_MATCH tokens.
+        let mut t: Vec<TokenId> = (100..200).collect();
+        t.push(7);
+        t.extend(100..200);
+        let (cont, len) = c.lookup_with_len(&t, 3);
+        assert_eq!(cont, vec![7, 100, 101]);
+        assert_eq!(len, MAX_MATCH);
+        assert_eq!(copy_source(len), "copies-16+");
+        assert_eq!(copy_source(1), "copies-1");
+        assert_eq!(copy_source(15), "copies-8-15");
     }
 }
