@@ -1,6 +1,8 @@
 //! `gpu-check`'s few-row matmul cases (`tf_cuda::gemv`): every configuration against the CPU at
 //! the matrix shapes of a decode step (long k, so each warp takes several blocks; a partial
-//! last tile of columns), and each shape's time against the tensor-core kernel it replaces.
+//! last tile of columns), and each shape's time against the tensor-core kernel it replaces;
+//! and at the same shapes, verify-round calls of 8-32 rows on every few-row tensor-core form
+//! (`matmul_mma_few.cu`) against the form chosen without it.
 
 use anyhow::{Context, Result};
 use tf_core::DType;
@@ -135,7 +137,7 @@ fn few_speed(
             let mut go = || gpu.matmul_mma(dtype, dil, n, &act, &mut out, Some(cfg));
             go()?;
             let us = gpu.time_calls(20, &mut go)?;
-            let label = if i == 0 { "old " } else { "" };
+            let label = if i == 0 { "without few-row: " } else { "" };
             lines.push(format!(
                 "| {name} | {dtype} | {n} x {k} | {rows} | {label}{} | {us:.1} | {:.0} |",
                 cfg.suffix(),
