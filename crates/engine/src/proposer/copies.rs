@@ -2,6 +2,7 @@
 //! reply, guess that what followed them then follows them again. Code edits, quoting, repeated
 //! structure and tool outputs make this pay; it costs microseconds.
 
+use super::align::{continue_with, walk_back, Alignment};
 use super::{Proposer, SeqView};
 use tf_core::TokenId;
 
@@ -27,7 +28,7 @@ impl Default for Copies {
 /// Earlier occurrences of a suffix examined per lookup (bounds the cost on repetitive text).
 const MAX_CANDIDATES: usize = 16;
 
-/// How far a match is followed back past the suffix to tell occurrences apart.
+/// Match lengths above this all count as this (the source name and the reported length).
 const MAX_MATCH: usize = 64;
 
 /// Names under which copies are tracked, by the length of the match (the suffix and as far
@@ -56,7 +57,9 @@ pub fn copy_source(len: usize) -> &'static str {
 
 impl Copies {
     /// The continuation after the earlier occurrence of the longest matching suffix that agrees
-    /// with the text before it the furthest back (the most recent among equals).
+    /// with the text before it the furthest back (the most recent among equals), with the
+    /// small differences the recent text made from it on the way back (an edit's renames)
+    /// made again in the continuation.
     pub fn lookup(&self, tokens: &[TokenId], max: usize) -> Vec<TokenId> {
         self.lookup_with_len(tokens, max).0
     }
@@ -76,7 +79,7 @@ impl Copies {
             // while the same few tokens elsewhere do not), then by the length of their
             // continuation (a recent repeat can be only a few tokens back, while the same text
             // in the prompt goes on for hundreds).
-            let mut best: Option<(usize, usize, usize)> = None; // (from, avail, match)
+            let mut best: Option<(usize, usize, Alignment)> = None; // (from, avail, alignment)
             let mut start = n - len;
             let mut seen = 0;
             while start > lo && seen < MAX_CANDIDATES {
@@ -90,16 +93,17 @@ impl Copies {
                 if avail == 0 {
                     continue;
                 }
-                let back = (1..=MAX_MATCH.saturating_sub(len).min(start))
-                    .take_while(|&j| tokens[start - j] == tokens[n - len - j])
-                    .count();
-                let m = len + back;
-                if best.is_none_or(|(_, a, bm)| (m, avail) > (bm, a)) {
-                    best = Some((from, avail, m));
+                let a = walk_back(tokens, start, n - len);
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, ba, b)| (a.agree, avail) > (b.agree, *ba))
+                {
+                    best = Some((from, avail, a));
                 }
             }
-            if let Some((from, avail, m)) = best {
-                return (tokens[from..from + avail].to_vec(), m);
+            if let Some((from, _, a)) = best {
+                let cont = continue_with(tokens, from, &a.subs, max);
+                return (cont, (len + a.agree).min(MAX_MATCH));
             }
         }
         (Vec::new(), 0)

@@ -2,6 +2,7 @@
 //! Whatever a proposer guesses, the committed tokens are the target's own draws, so a proposer can
 //! only change speed, never a token.
 
+mod align;
 mod copies;
 mod draft_model;
 
