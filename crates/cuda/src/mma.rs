@@ -228,10 +228,9 @@ impl Gpu {
             return Err(CudaError::Usage("matmul_mma: sizes".into()));
         }
         let forced = self.mma_many.filter(|_| x.rows > 64);
-        let few = MmaCfg::few_for(x.rows, n);
         let cfg = match (cfg.or(forced), self.mma_few) {
             (Some(c), _) => c,
-            (None, Some(f)) if few.is_some() => match f {
+            (None, Some(f)) if MmaCfg::few_for(x.rows, n).is_some() => match f {
                 Some(c) => c,
                 None => MmaCfg::without_few(dtype, x.rows, n, x.k, self.mma_split),
             },

@@ -9,8 +9,18 @@ use tf_core::TokenId;
 
 /// Tokens followed back at most (bounds the cost per candidate).
 pub const MAX_WALK: usize = 512;
-/// Longest difference stepped over, on either side.
-const MAX_SKIP: usize = 2;
+/// The differences stepped over (`s1` earlier tokens against `s2` recent ones, at most two on
+/// either side), smallest first and, among equal sizes, substitutions of equal lengths first.
+const SKIPS: [(usize, usize); 8] = [
+    (0, 1),
+    (1, 0),
+    (1, 1),
+    (0, 2),
+    (2, 0),
+    (1, 2),
+    (2, 1),
+    (2, 2),
+];
 /// Tokens that must agree after a difference for the walk to go on past it.
 const RESYNC: usize = 4;
 /// Substitutions kept per alignment (the nearest first).
@@ -64,25 +74,14 @@ pub fn walk_back(tokens: &[TokenId], mut i: usize, mut j: usize) -> Alignment {
     a
 }
 
-/// The smallest difference (`s1` earlier tokens against `s2` recent ones, a substitution of
-/// equal lengths first) after which [`RESYNC`] tokens agree again.
+/// The first of [`SKIPS`] after which [`RESYNC`] tokens agree again.
 fn resync(tokens: &[TokenId], i: usize, j: usize) -> Option<(usize, usize)> {
-    for total in 1..=2 * MAX_SKIP {
-        let mut pairs: Vec<(usize, usize)> = (0..=MAX_SKIP)
-            .filter(|&s1| total >= s1 && total - s1 <= MAX_SKIP)
-            .map(|s1| (s1, total - s1))
-            .collect();
-        pairs.sort_by_key(|&(s1, s2)| s1.abs_diff(s2));
-        for (s1, s2) in pairs {
-            if i < s1 + RESYNC || j < s2 + RESYNC || j - s2 - RESYNC < i - s1 {
-                continue;
-            }
-            if (1..=RESYNC).all(|k| tokens[i - s1 - k] == tokens[j - s2 - k]) {
-                return Some((s1, s2));
-            }
-        }
-    }
-    None
+    SKIPS.into_iter().find(|&(s1, s2)| {
+        i >= s1 + RESYNC
+            && j >= s2 + RESYNC
+            && j - s2 - RESYNC >= i - s1
+            && (1..=RESYNC).all(|k| tokens[i - s1 - k] == tokens[j - s2 - k])
+    })
 }
 
 /// Up to `max` tokens copied from `tokens[from..]`, with each substitution applied where its
