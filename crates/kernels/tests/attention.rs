@@ -79,7 +79,7 @@ fn run(
 
 #[test]
 fn levels_rows_and_threads_agree_bitwise() {
-    for head_dim in [64usize, 128, 40] {
+    for head_dim in [64usize, 128, 40, 256] {
         let s = setup(3 * KEY_CHUNK + 5, head_dim);
         let qd = s.shape.n_heads * head_dim;
         let p1 = ThreadPool::new(1);
@@ -242,6 +242,62 @@ fn grouped_heads_equal_one_head_jobs() {
             assert!(
                 bits_eq(&got, &want),
                 "{n_heads}/{n_kv_heads} heads of {head_dim}, {level:?}"
+            );
+        }
+    }
+}
+
+/// Rows of two sequences interleaved in one call (as a shared step gives them), a sequence's
+/// rows out of order and runs longer than a row group: each row equals itself alone.
+#[test]
+fn rows_of_several_sequences_equal_each_alone() {
+    let s = setup(2 * KEY_CHUNK + 21, 128);
+    let qd = s.shape.n_heads * s.shape.head_dim;
+    // A second sequence over the same cache: the blocks in another order.
+    let other: Vec<u32> = s.table.iter().rev().copied().collect();
+    let pool = ThreadPool::new(2);
+    let p1 = ThreadPool::new(1);
+    let mut order: Vec<(usize, usize)> = Vec::new(); // (table 0 or 1, position)
+    for p in 40..s.n {
+        order.push((0, p));
+        if p % 3 != 0 {
+            order.push((1, p));
+        }
+    }
+    order.extend([(0, 5), (0, 4), (1, 0), (1, 64), (1, 65)]);
+    let tables = [&s.table, &other];
+    let keys: Vec<RowKeys> = order
+        .iter()
+        .map(|&(t, p)| RowKeys {
+            table: tables[t],
+            n_keys: p + 1,
+            remap: None,
+        })
+        .collect();
+    let q: Vec<f32> = order
+        .iter()
+        .flat_map(|&(_, p)| s.q[p * qd..(p + 1) * qd].iter().copied())
+        .collect();
+    for level in SimdLevel::available() {
+        let mut got = vec![0f32; keys.len() * qd];
+        attention(&pool, level, &s.shape, &q, &keys, s.kv.layer(0), &mut got);
+        for (i, key) in keys.iter().enumerate() {
+            let mut alone = vec![0f32; qd];
+            let one = [*key];
+            let qi = &q[i * qd..(i + 1) * qd];
+            attention(
+                &p1,
+                SimdLevel::Scalar,
+                &s.shape,
+                qi,
+                &one,
+                s.kv.layer(0),
+                &mut alone,
+            );
+            assert!(
+                bits_eq(&got[i * qd..(i + 1) * qd], &alone),
+                "row {i} {:?}, {level:?}",
+                order[i]
             );
         }
     }

@@ -7,6 +7,9 @@
 //! ascending order with one formula. Decode, verify and chunked prefill all run exactly this, so a
 //! row's output does not depend on what else is in the call.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
 use crate::canon;
 use crate::kv::KvLayer;
 use crate::pool::{SharedOut, ThreadPool};
@@ -75,6 +78,10 @@ pub fn attention(
     let qd = shape.n_heads * shape.head_dim;
     assert_eq!(q.len(), rows.len() * qd);
     assert_eq!(out.len(), rows.len() * qd);
+    #[cfg(target_arch = "x86_64")]
+    if level >= SimdLevel::Avx512Vnni && avx512::supports(shape.head_dim) {
+        return attention_avx512(pool, shape, q, rows, kv, out);
+    }
     let dst = SharedOut(out.as_mut_ptr());
     let jobs = rows.len() * shape.n_kv_heads;
     pool.for_ranges(jobs, 1, &|range| {
@@ -90,6 +97,65 @@ pub fn attention(
             }
         }
     });
+}
+
+/// [`attention`] with AVX-512: jobs are (rows of one sequence, KV head), each row's heads
+/// computed exactly as alone.
+#[cfg(target_arch = "x86_64")]
+fn attention_avx512(
+    pool: &ThreadPool,
+    shape: &AttnShape,
+    q: &[f32],
+    rows: &[RowKeys],
+    kv: KvLayer,
+    out: &mut [f32],
+) {
+    let (hd, kvn) = (shape.head_dim, shape.n_kv_heads);
+    let group = shape.n_heads / kvn;
+    let qd = shape.n_heads * hd;
+    let groups = row_groups(rows, avx512::ROW_GROUP);
+    let dst = SharedOut(out.as_mut_ptr());
+    pool.for_ranges(groups.len() * kvn, 1, &|range| {
+        let mut qg = vec![0f32; avx512::ROW_GROUP * group * hd];
+        let mut o = vec![0f32; avx512::ROW_GROUP * group * hd];
+        for job in range {
+            let (rr, kvh) = (groups[job / kvn].clone(), job % kvn);
+            let (h0, w) = (kvh * group * hd, group * hd);
+            let n = rr.len() * w;
+            for (i, r) in rr.clone().enumerate() {
+                qg[i * w..(i + 1) * w].copy_from_slice(&q[r * qd + h0..r * qd + h0 + w]);
+            }
+            // SAFETY: the level includes AVX-512 F; `supports(head_dim)` was checked.
+            unsafe { avx512::rows(shape, &qg[..n], kvh, &rows[rr.clone()], &kv, &mut o[..n]) };
+            for (i, r) in rr.enumerate() {
+                for (d, v) in o[i * w..(i + 1) * w].iter().enumerate() {
+                    // SAFETY: each (row, KV head) pair belongs to one job, which writes its slice.
+                    unsafe { dst.write(r * qd + h0 + d, *v) };
+                }
+            }
+        }
+    });
+}
+
+/// `rows` cut into runs of at most `max` consecutive rows of one sequence (the same block table,
+/// one more key each, no remapped positions), which can share each chunk's loads.
+fn row_groups(rows: &[RowKeys], max: usize) -> Vec<std::ops::Range<usize>> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    for r in 1..=rows.len() {
+        let joins = r < rows.len() && r - start < max && {
+            let (a, b) = (&rows[r - 1], &rows[r]);
+            a.remap.is_none()
+                && b.remap.is_none()
+                && std::ptr::eq(a.table, b.table)
+                && b.n_keys == a.n_keys + 1
+        };
+        if !joins {
+            groups.push(start..r);
+            start = r;
+        }
+    }
+    groups
 }
 
 /// The same result with one job per (row, head) (a group of one): the reference the grouped jobs
