@@ -163,7 +163,7 @@ fn extreme_codes_and_activations_equal_the_reference() {
     // alternating signs, and a row of one outlier per block among tiny values.
     let pool = ThreadPool::new(1);
     let k = 512;
-    let n = 4;
+    let n = 9; // one-row calls take eight columns at a time, and one more
     let mut rng = Rng(4242);
     let tiny: Vec<f32> = (0..k)
         .map(|i| {
@@ -202,6 +202,13 @@ fn extreme_codes_and_activations_equal_the_reference() {
                     bits_eq(&got, &want),
                     "{dtype} fill={fill:#x} {level:?}: {got:?} vs {want:?}"
                 );
+                for (r, row) in rows.iter().enumerate() {
+                    let alone = run(level, &pool, &w, row, 1);
+                    assert!(
+                        bits_eq(&alone, &want[r * n..(r + 1) * n]),
+                        "{dtype} fill={fill:#x} {level:?}: row {r} alone"
+                    );
+                }
             }
         }
     }

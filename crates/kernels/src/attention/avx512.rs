@@ -101,7 +101,10 @@ unsafe fn rows_heads<const NV: usize>(
             for (g, st) in run[r].iter_mut().enumerate().take(g_n) {
                 let at = (r * g_n + g) * hd;
                 let qg = q.as_ptr().add(at);
-                let qv: [__m512; NV] = std::array::from_fn(|j| _mm512_loadu_ps(qg.add(16 * j)));
+                let mut qv = [_mm512_setzero_ps(); NV];
+                for (j, v) in qv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_ps(qg.add(16 * j));
+                }
                 // Scores of the chunk, 16 keys a vector; lanes past the row's keys are -inf.
                 let mut s = [_mm512_set1_ps(f32::NEG_INFINITY); KEY_CHUNK / 16];
                 for (h, sv) in s.iter_mut().enumerate().take(n.div_ceil(16)) {
@@ -178,30 +181,34 @@ unsafe fn rows_heads<const NV: usize>(
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn fold16(a: &[__m512; 16]) -> __m512 {
+    // (Loops, not `array::from_fn`: its closure is not inlined into a target-feature function.)
     // s = 8: vector i holds keys 2i (lanes 0-7) and 2i+1 (lanes 8-15).
-    let s8: [__m512; 8] = std::array::from_fn(|i| {
+    let mut s8 = [_mm512_setzero_ps(); 8];
+    for (i, v) in s8.iter_mut().enumerate() {
         let (x, y) = (a[2 * i], a[2 * i + 1]);
-        _mm512_add_ps(
+        *v = _mm512_add_ps(
             _mm512_shuffle_f32x4::<0x44>(x, y),
             _mm512_shuffle_f32x4::<0xEE>(x, y),
-        )
-    });
+        );
+    }
     // s = 4: vector i holds keys 4i..4i+4, one per 128-bit quarter.
-    let s4: [__m512; 4] = std::array::from_fn(|i| {
+    let mut s4 = [_mm512_setzero_ps(); 4];
+    for (i, v) in s4.iter_mut().enumerate() {
         let (x, y) = (s8[2 * i], s8[2 * i + 1]);
-        _mm512_add_ps(
+        *v = _mm512_add_ps(
             _mm512_shuffle_f32x4::<0x88>(x, y),
             _mm512_shuffle_f32x4::<0xDD>(x, y),
-        )
-    });
+        );
+    }
     // s = 2: quarter q of vector i holds keys 8i+q (lanes 0, 1) and 8i+4+q (lanes 2, 3).
-    let s2: [__m512; 2] = std::array::from_fn(|i| {
+    let mut s2 = [_mm512_setzero_ps(); 2];
+    for (i, v) in s2.iter_mut().enumerate() {
         let (x, y) = (s4[2 * i], s4[2 * i + 1]);
-        _mm512_add_ps(
+        *v = _mm512_add_ps(
             _mm512_shuffle_ps::<0x44>(x, y),
             _mm512_shuffle_ps::<0xEE>(x, y),
-        )
-    });
+        );
+    }
     // s = 1: lane 4q + j holds key 4j + q.
     let s1 = _mm512_add_ps(
         _mm512_shuffle_ps::<0x88>(s2[0], s2[1]),
