@@ -50,7 +50,15 @@ pub struct QuantAct {
     pub d_t: Vec<f32>,
     pub sums16_t: Vec<i16>,
     pub sums32_t: Vec<i16>,
+    /// B256 at the AVX-512 level: `qs` with each 128 values reordered for the Q4_K kernel
+    /// ([`K4_ORDER`]); empty otherwise.
+    pub qs_k4: Vec<i8>,
 }
+
+/// Where the AVX-512 Q4_K kernel reads each 16 values of a 128-value half: the 16-value pieces
+/// 0, 4, 2, 6, 1, 5, 3, 7 (values 0..16, 64..80, 32..48, 96..112, then 16..32, ...), so that two
+/// `dpbusd` over its four 64-byte vectors sum the same 32-value group in each lane.
+pub const K4_ORDER: [usize; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
 
 impl QuantAct {
     /// Quantizes `rows` rows of `k` values (`x.len() == rows * k`, `k` a multiple of the block).
@@ -72,6 +80,7 @@ impl QuantAct {
             d_t: Vec::new(),
             sums16_t: Vec::new(),
             sums32_t: Vec::new(),
+            qs_k4: Vec::new(),
         };
         let bl = block.values();
         for (bi, chunk) in x.chunks_exact(bl).enumerate() {
@@ -81,6 +90,15 @@ impl QuantAct {
         let sl = block.sum_len();
         for (si, chunk) in q.qs.chunks_exact(sl).enumerate() {
             q.sums[si] = chunk.iter().map(|&v| v as i16).sum();
+        }
+        if block == ActBlock::B256 && level == SimdLevel::Avx512Vnni {
+            q.qs_k4 = vec![0; rows * k];
+            for (half, out) in q.qs.chunks_exact(128).zip(q.qs_k4.chunks_exact_mut(128)) {
+                for (piece, &from) in K4_ORDER.iter().enumerate() {
+                    out[16 * piece..16 * piece + 16]
+                        .copy_from_slice(&half[16 * from..16 * from + 16]);
+                }
+            }
         }
         if block == ActBlock::B256 {
             let nb = k / 256;
@@ -104,6 +122,10 @@ impl QuantAct {
     #[inline(always)]
     pub fn row_qs(&self, row: usize) -> &[i8] {
         &self.qs[row * self.k..(row + 1) * self.k]
+    }
+    #[inline(always)]
+    pub fn row_qs_k4(&self, row: usize) -> &[i8] {
+        &self.qs_k4[row * self.k..(row + 1) * self.k]
     }
     #[inline(always)]
     pub fn row_d(&self, row: usize) -> &[f32] {

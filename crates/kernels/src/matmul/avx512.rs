@@ -153,6 +153,12 @@ unsafe fn rows_paired_sums<const R: usize>(
 
 /// Q4_K, eight rows at once: the weight block is decoded once, integer sums are reduced together
 /// and the float step runs on eight lanes (the same IEEE operations as [`block_step`]).
+///
+/// Each 128 values (64 code bytes) become two vectors whose lanes hold the same 32-value group
+/// (`A`: code bytes 0-15, 32-47 low nibbles, then high; `B`: bytes 16-31, 48-63), against the
+/// activations in [`K4_ORDER`](crate::actq::K4_ORDER): two `dpbusd` sum eight products of one
+/// group per lane (at most 8 · 15 · 127 = 15240, an i16), the two halves' vectors pack into one
+/// and one `dpwssd` applies the eight group scales. The row total is the same integer.
 #[inline(always)]
 unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     let nb = w.len() / 144;
@@ -160,28 +166,43 @@ unsafe fn q4k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
     let mut acc = _mm256_setzero_ps();
     let m4 = nibble_mask();
     let zero = _mm512_setzero_si512();
-    let mut idx = [zero; 4];
-    for (g, slot) in idx.iter_mut().enumerate() {
-        let (a, b) = (2 * g as i32, 2 * g as i32 + 1);
-        *slot = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
-    }
+    // i16 lane t of the packed sums: half t % 8 / 4, 128-bit lane t / 8 (groups 0 2 1 3 of the
+    // half); its group's scale from the eight scales.
+    let sidx = _mm512_set_epi16(
+        7, 7, 7, 7, 3, 3, 3, 3, 5, 5, 5, 5, 1, 1, 1, 1, 6, 6, 6, 6, 2, 2, 2, 2, 4, 4, 4, 4, 0, 0,
+        0, 0,
+    );
     for b in 0..nb {
         let blk = &w[144 * b..144 * (b + 1)];
         prefetch_ahead(blk.as_ptr(), 144);
         let (scales, mins) = scales_mins_k4(&blk[4..16]);
-        let sv = _mm512_cvtepu8_epi32(_mm_set_epi64x(0, scales as i64));
+        let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi64x(0, scales as i64)));
+        let sv = _mm512_permutexvar_epi16(sidx, s16);
         let mv = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi64x(0, mins as i64)));
         let q = blk.as_ptr().add(16);
         let mut wv = [zero; 4];
-        let mut svs = [zero; 4];
-        for g in 0..4 {
-            let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.add(32 * g) as *const __m256i));
+        for h in 0..2 {
+            let v = _mm512_loadu_si512(q.add(64 * h) as *const _);
             let lo = _mm512_and_si512(v, m4);
             let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-            wv[g] = _mm512_mask_blend_epi64(0xF0, lo, hi);
-            svs[g] = _mm512_permutexvar_epi32(idx[g], sv);
+            wv[2 * h] = _mm512_shuffle_i64x2::<0x88>(lo, hi);
+            wv[2 * h + 1] = _mm512_shuffle_i64x2::<0xDD>(lo, hi);
         }
-        let isums = rows_paired_sums::<R>(x, r0, b, &wv, &svs);
+        let mut isums = [zero; 8];
+        for (r, isum) in isums.iter_mut().enumerate().take(R) {
+            let xb = x.row_qs_k4(r0 + r).as_ptr().add(256 * b);
+            let mut p = [zero; 2];
+            for (h, ph) in p.iter_mut().enumerate() {
+                let xa = _mm512_loadu_si512(xb.add(128 * h) as *const _);
+                let xc = _mm512_loadu_si512(xb.add(128 * h + 64) as *const _);
+                *ph = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(zero, wv[2 * h], xa),
+                    wv[2 * h + 1],
+                    xc,
+                );
+            }
+            *isum = _mm512_dpwssd_epi32(zero, _mm512_packs_epi32(p[0], p[1]), sv);
+        }
         // Σ_j min_j * sum32_j per row, from the block-major sums: 8 rows x 8 i16 = two vectors,
         // each row's four i32 partial sums in one 128-bit lane.
         let sp = x.sums32_t.as_ptr().add((b * rows + r0) * 8);
