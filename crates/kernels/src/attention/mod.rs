@@ -59,9 +59,10 @@ pub struct AttnShape {
 /// row is loaded once for the whole group.
 const MAX_GROUP: usize = 16;
 
-/// `out[r]` = attention of query row `q[r]` (all heads) over its keys. Jobs are (row, KV head):
-/// the query heads sharing a KV head read each key and value once, and each of them runs exactly
-/// the operations of [`attention_reference`]'s one-head jobs (the same bits).
+/// `out[r]` = attention of query row `q[r]` (all heads) over its keys. Jobs are (row, KV head),
+/// on AVX-512 (rows of one sequence, KV head) (`attention_avx512`): the query heads sharing a KV
+/// head read each key and value once, and each of them runs exactly the operations of
+/// [`attention_reference`]'s one-head jobs (the same bits).
 pub fn attention(
     pool: &ThreadPool,
     level: SimdLevel,
