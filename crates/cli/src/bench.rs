@@ -2,7 +2,8 @@
 //!
 //! Prefill (`ppN`): N deterministic pseudo-random token ids through the model in chunks of
 //! [`PP_CHUNK_ROWS`] rows, logits of the last row only. Decode (`tgN`): after a short prompt, N
-//! tokens one row per forward, each the greedy choice of the previous row. Every test runs once
+//! tokens one row per forward, each the greedy token of the previous row (taken where the logits
+//! are, as for a greedy request). Every test runs once
 //! to warm up (page faults of the mmapped weights, worker wake-up), then `--reps` times; the
 //! table shows the median.
 //!
@@ -17,12 +18,12 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use tf_core::{BlockId, TokenId};
-use tf_engine::Runner;
+use tf_engine::{greedy_token, Runner};
 use tf_kernels::kv::BLOCK_SIZE;
 use tf_models::Row;
 
 use crate::load::{self, gib};
-use crate::sample::{argmax, SplitMix64};
+use crate::sample::SplitMix64;
 use crate::GlobalArgs;
 
 /// Rows per prefill forward in the benchmark.
@@ -133,28 +134,31 @@ impl Bench {
         Ok(logits)
     }
 
-    /// `tg` greedy decode steps after a short prompt; returns tokens per second.
+    /// `tg` greedy decode steps after a short prompt, each taking the greedy token as a greedy
+    /// request in the engine does (`Runner::forward_greedy`: on a GPU only the id comes back);
+    /// returns tokens per second.
     fn decode(&mut self, tg: usize) -> Result<f64> {
         let mut logits = self.forward_range(0, TG_PROMPT_TOKENS)?;
+        let mut ids = vec![greedy_token(&logits)];
         let start = Instant::now();
         for i in 0..tg {
-            let token = argmax(&logits);
             let row = Row {
-                token,
+                token: ids[0],
                 pos: TG_PROMPT_TOKENS + i,
                 table: &self.table,
                 logits: true,
                 tree: None,
             };
             self.runner
-                .forward_into(std::slice::from_ref(&row), &mut logits)?;
+                .forward_greedy(std::slice::from_ref(&row), &mut logits, &mut ids)?;
         }
         Ok(tg as f64 / start.elapsed().as_secs_f64())
     }
 
-    /// Seconds of one forward of `k` rows (all with logits) at positions `ctx..ctx + k`, the
-    /// best of `reps` (the context is prefilled once by the caller).
-    fn verify(&mut self, ctx: usize, k: usize, reps: u32) -> Result<f64> {
+    /// Seconds of one forward of `k` rows (all with logits, or their greedy ids when `greedy`)
+    /// at positions `ctx..ctx + k`, the best of `reps` (the context is prefilled once by the
+    /// caller).
+    fn verify(&mut self, ctx: usize, k: usize, reps: u32, greedy: bool) -> Result<f64> {
         let rows: Vec<Row> = (ctx..ctx + k)
             .map(|p| Row {
                 token: self.ids[p % self.ids.len()],
@@ -165,10 +169,14 @@ impl Bench {
             })
             .collect();
         let mut best = f64::MAX;
-        let mut logits = Vec::new();
+        let (mut logits, mut ids) = (Vec::new(), Vec::new());
         for _ in 0..=reps {
             let start = Instant::now();
-            self.runner.forward_into(&rows, &mut logits)?;
+            if greedy {
+                self.runner.forward_greedy(&rows, &mut logits, &mut ids)?;
+            } else {
+                self.runner.forward_into(&rows, &mut logits)?;
+            }
             best = best.min(start.elapsed().as_secs_f64());
         }
         Ok(best)
@@ -295,23 +303,41 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
 fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
     let ctx = args.verify_context;
     bench.forward_range(0, ctx)?;
-    let one = bench.verify(ctx, 1, args.reps)?;
+    let one = bench.verify(ctx, 1, args.reps, false)?;
+    let one_ids = bench.verify(ctx, 1, args.reps, true)?;
     println!();
     let mut rows = Vec::new();
     for &k in &args.verify {
-        let t = if k == 1 {
-            one
+        let (t, g) = if k == 1 {
+            (one, one_ids)
         } else {
-            bench.verify(ctx, k, args.reps)?
+            (
+                bench.verify(ctx, k, args.reps, false)?,
+                bench.verify(ctx, k, args.reps, true)?,
+            )
         };
         rows.push([
             k.to_string(),
             format!("{:.3}", t * 1e3),
             format!("{:.2}", t / one),
             format!("{:.1}", k as f64 / t),
+            format!("{:.3}", g * 1e3),
+            format!("{:.2}", g / one_ids),
         ]);
     }
-    print_table(&["rows", "ms/forward", "x 1 row", "rows/s"], &rows);
+    // Logits: every row's vocabulary of floats comes back (sampled requests); greedy ids: only
+    // each row's greedy token (greedy requests, `Runner::forward_greedy`).
+    print_table(
+        &[
+            "rows",
+            "ms/forward",
+            "x 1 row",
+            "rows/s",
+            "ms, greedy ids",
+            "x 1 row, ids",
+        ],
+        &rows,
+    );
     Ok(())
 }
 

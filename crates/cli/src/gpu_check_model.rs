@@ -16,7 +16,8 @@ use tf_cuda::{CudaRunner, Gpu};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
 use tf_engine::{
-    Engine, EngineConfig, Event, ModelRunner, Receipt, Request, Runner, SamplingParams,
+    greedy_token, Engine, EngineConfig, Event, ModelRunner, Receipt, Request, Runner,
+    SamplingParams,
 };
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
@@ -168,7 +169,27 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
     batch.check(bits_equal(&out[2 * vocab..], &alone), || {
         "third sequence's rows differ".into()
     });
-    Ok(vec![prefill, decode, chunks, batch])
+    // Greedy ids taken on the device: a prefill of every row (calls of 64 logit rows), each id
+    // the greedy token of the CPU's logits, and the mixed rows (a replayed graph), each the
+    // greedy token of the logits the same call returned.
+    let mut greedy = Tally::new("GPU greedy ids == greedy token of the logits (rows)");
+    let (mut scratch, mut a, mut b) = (Vec::new(), Vec::new(), Vec::new());
+    let t4: Vec<BlockId> = table.iter().map(|b| b + 3 * off).collect();
+    dev.forward_greedy(&rows(&prompt, 0, n, &t4, true), &mut scratch, &mut a)?;
+    dev.forward_greedy(&mixed, &mut scratch, &mut b)?;
+    let want_ids: Vec<TokenId> = want
+        .chunks_exact(vocab)
+        .chain(out.chunks_exact(vocab))
+        .map(greedy_token)
+        .collect();
+    a.extend(b);
+    greedy.check(a.len() == want_ids.len(), || {
+        format!("{} ids for {} rows", a.len(), want_ids.len())
+    });
+    for (r, (g, w)) in a.iter().zip(&want_ids).enumerate() {
+        greedy.check(g == w, || format!("row {r}: GPU {g}, logits {w}"));
+    }
+    Ok(vec![prefill, decode, chunks, batch, greedy])
 }
 
 /// Which runner an engine of the check uses.

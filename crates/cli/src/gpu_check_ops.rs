@@ -346,6 +346,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     }
 
     crate::gpu_check_fused::run(&gpu, level, &args.rows, args.seed, &mut table)?;
+    crate::gpu_check_argmax::run(&gpu, &args.rows, args.seed, &mut table)?;
     crate::gpu_check_gemv::run(&gpu, level, &pool, args.seed, &mut table)?;
     crate::gpu_check_attn::run(&mut gpu, level, &pool, args.seed, &mut table)?;
 

@@ -11,6 +11,8 @@ mod device;
 mod generate;
 mod gpu_check;
 #[cfg(feature = "cuda")]
+mod gpu_check_argmax;
+#[cfg(feature = "cuda")]
 mod gpu_check_attn;
 #[cfg(feature = "cuda")]
 mod gpu_check_fused;

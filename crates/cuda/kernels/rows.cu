@@ -50,3 +50,59 @@ extern "C" __global__ void kv_copy(const int* pairs, int n_pairs, int kv_dim, fl
         __syncthreads();
     }
 }
+
+// Takes (v, i) over (bv, bi) when it is higher, or equal with a lower index.
+__device__ __forceinline__ void argmax_take(float& bv, int& bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+// The greedy token of rows first .. first + gridDim.x of x (n values each) into out: the highest
+// value, NaN counting as -inf, the lowest index among equal maxima (-0.0 equals +0.0), 0 when no
+// value is above -inf (the host's `greedy_token`). Only comparisons, so the reduction's order
+// cannot change the index. One block per row.
+extern "C" __global__ void argmax_rows(const float* x, int n, int first, int* out) {
+    pdl_enter();
+    const float neg_inf = __int_as_float(0xff800000);
+    const float* row = x + (size_t)(first + blockIdx.x) * n;
+    float bv = neg_inf;
+    int bi = n;  // a NaN is never taken: neither above nor equal to anything
+    if ((n & 3) == 0) {
+        const float4* r4 = reinterpret_cast<const float4*>(row);
+        for (int j = threadIdx.x; j < n / 4; j += blockDim.x) {
+            float4 v = r4[j];
+            argmax_take(bv, bi, v.x, 4 * j);
+            argmax_take(bv, bi, v.y, 4 * j + 1);
+            argmax_take(bv, bi, v.z, 4 * j + 2);
+            argmax_take(bv, bi, v.w, 4 * j + 3);
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) argmax_take(bv, bi, row[i], i);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_down_sync(0xffffffffu, bv, o);
+        int oi = __shfl_down_sync(0xffffffffu, bi, o);
+        argmax_take(bv, bi, ov, oi);
+    }
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        sv[w] = bv;
+        si[w] = bi;
+    }
+    __syncthreads();
+    if (w == 0) {
+        int warps = blockDim.x >> 5;
+        bv = lane < warps ? sv[lane] : neg_inf;
+        bi = lane < warps ? si[lane] : n;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_down_sync(0xffffffffu, bv, o);
+            int oi = __shfl_down_sync(0xffffffffu, bi, o);
+            argmax_take(bv, bi, ov, oi);
+        }
+        if (lane == 0) out[blockIdx.x] = bv > neg_inf ? bi : 0;
+    }
+}

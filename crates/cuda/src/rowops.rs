@@ -356,6 +356,36 @@ impl Gpu {
         Ok(())
     }
 
+    /// The greedy token of rows `first..first + rows` of `x` (`n` values each) into
+    /// `out[..rows]`: the host's `tf_engine::greedy_token`, one block per row.
+    pub fn argmax_rows(
+        &self,
+        x: &CudaSlice<f32>,
+        n: usize,
+        first: usize,
+        rows: usize,
+        out: &mut CudaSlice<i32>,
+    ) -> Result<()> {
+        if n == 0 || (first + rows) * n > x.len() || out.len() < rows {
+            return Err(CudaError::Usage("argmax_rows: buffer sizes".into()));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let f = self.function("argmax_rows")?;
+        let (ni, fi) = (n as i32, first as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = self.launcher(&f);
+        l.arg(x).arg(&ni).arg(&fi).arg(out);
+        // SAFETY: the rows read and the ids written were checked against the buffers above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
     /// Copies cache slot `pairs[2i]` to `pairs[2i + 1]` of one layer, pair after pair.
     pub fn kv_copy(
         &self,

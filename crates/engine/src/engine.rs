@@ -10,6 +10,7 @@ use tf_models::TreeRow;
 
 /// Nodes per extra tree branch.
 const TREE_BRANCH_LEN: usize = 2;
+use crate::draw::{Drawn, RoundOut};
 use crate::error::EngineError;
 use crate::proposer::{copy_source, Copies, Proposer, SeqView};
 use crate::request::{Event, FinishReason, Request};
@@ -96,8 +97,8 @@ pub struct Engine {
     salt: BlockHash,
     /// The prefix cache's disk tier, if any.
     spill: Option<SpillStore>,
-    /// The last forward's logits, kept so that each round reuses the buffer.
-    logits: Vec<f32>,
+    /// The last forward's logits or greedy ids, kept so that each round reuses the buffers.
+    out: RoundOut,
 }
 
 impl Engine {
@@ -118,7 +119,7 @@ impl Engine {
             sampler: Sampler::new(),
             salt,
             spill: None,
-            logits: Vec::new(),
+            out: RoundOut::default(),
         }
     }
 
@@ -314,8 +315,13 @@ impl Engine {
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
         let t = Instant::now();
-        let mut logits = std::mem::take(&mut self.logits);
-        let result = self.runner.forward_into(&rows, &mut logits);
+        // A round whose every window draws greedily asks the runner for ids only.
+        let greedy = plans
+            .iter()
+            .filter(|p| p.window)
+            .all(|p| self.running[p.seq].req.params.draws_greedy());
+        let mut out = std::mem::take(&mut self.out);
+        let result = out.forward(self.runner.as_mut(), &rows, greedy);
         let secs = t.elapsed().as_secs_f64();
         drop(rows);
         if let Err(e) = result {
@@ -328,8 +334,8 @@ impl Engine {
             return Err(e);
         }
         self.cost.observe_forward(total_rows, secs);
-        self.commit(&plans, &logits);
-        self.logits = logits;
+        self.commit(&plans, out.drawn(self.runner.vocab()));
+        self.out = out;
         self.index_blocks();
         self.reap();
         Ok(true)
@@ -605,8 +611,7 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
 
 impl Engine {
     /// Draw, accept, commit and emit for every planned window.
-    fn commit(&mut self, plans: &[Plan], logits: &[f32]) {
-        let vocab = self.runner.vocab();
+    fn commit(&mut self, plans: &[Plan], drawn: Drawn) {
         let mut at = 0;
         let now = Instant::now();
         for p in plans {
@@ -621,11 +626,15 @@ impl Engine {
             let len = s.tokens.len();
             let k = p.drafts.len();
             let tree_nodes: usize = p.branches.iter().map(Vec::len).sum();
-            let row_at = |r: usize| &logits[(at + r) * vocab..(at + r + 1) * vocab];
             let mut history = s.generated().to_vec();
-            let first = self
-                .sampler
-                .sample(row_at(0), &s.req.params, s.seed, len as u64, &history);
+            let first = drawn.token(
+                &mut self.sampler,
+                at,
+                &s.req.params,
+                s.seed,
+                len as u64,
+                &history,
+            );
             // The branch that starts with the target's own first token, if any: the main chain
             // (rows 1..=k), else the first extra branch that does.
             let mut follow: Option<(&[TokenId], usize, Option<usize>)> = None;
@@ -649,8 +658,9 @@ impl Engine {
                 accepted = 1;
                 history.push(first);
                 loop {
-                    let t = self.sampler.sample(
-                        row_at(offset + accepted - 1),
+                    let t = drawn.token(
+                        &mut self.sampler,
+                        at + offset + accepted - 1,
                         &s.req.params,
                         s.seed,
                         (len + accepted) as u64,

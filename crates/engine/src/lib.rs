@@ -14,6 +14,7 @@
 
 pub mod blocks;
 pub mod cost;
+mod draw;
 mod engine;
 pub mod error;
 pub mod fake;
@@ -31,6 +32,7 @@ pub use handle::{EngineHandle, EngineStats, EventStream};
 pub use request::{token_sha, Event, FinishReason, Receipt, Request, SourceCounts};
 pub use runner::{ModelRunner, Runner};
 pub use sampler::{
-    default_seed, gumbel, philox4x32_10, sample, Sampler, SamplerError, SamplingParams,
+    default_seed, greedy_token, gumbel, philox4x32_10, sample, Sampler, SamplerError,
+    SamplingParams,
 };
 pub use spill::{SpillStats, SpillStore};

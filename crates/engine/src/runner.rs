@@ -3,6 +3,7 @@
 
 use crate::blocks::BlockHash;
 use crate::error::EngineError;
+use crate::sampler::greedy_token;
 use std::sync::Arc;
 use tf_kernels::kv::KvCache;
 use tf_kernels::ThreadPool;
@@ -23,6 +24,22 @@ pub trait Runner: Send {
     /// appends them as they arrive, with no fresh allocation to fault in or zero.
     fn forward_into(&mut self, rows: &[Row], out: &mut Vec<f32>) -> Result<(), EngineError> {
         *out = self.forward(rows)?;
+        Ok(())
+    }
+    /// [`forward_into`](Self::forward_into) for rows whose every draw is greedy
+    /// ([`SamplingParams::draws_greedy`](crate::SamplingParams::draws_greedy)): `ids` is cleared
+    /// and then holds the [`greedy_token`] of each row with `logits: true`, in order. `logits` is
+    /// scratch the caller keeps; a runner that can take the maximum where the logits are (a GPU)
+    /// copies back only the ids and leaves it alone.
+    fn forward_greedy(
+        &mut self,
+        rows: &[Row],
+        logits: &mut Vec<f32>,
+        ids: &mut Vec<tf_core::TokenId>,
+    ) -> Result<(), EngineError> {
+        self.forward_into(rows, logits)?;
+        ids.clear();
+        ids.extend(logits.chunks_exact(self.vocab()).map(greedy_token));
         Ok(())
     }
     /// Copies KV slot `from` to slot `to` of the sequence with block table `table`, for each

@@ -3,11 +3,17 @@
 //! window sizes and the arrival order; cancellation frees every block.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use tf_core::{SeqId, TokenId};
 use tf_engine::cost::CostModel;
 use tf_engine::fake::FakeRunner;
 use tf_engine::proposer::{Proposer, SeqView};
-use tf_engine::{Engine, EngineConfig, Event, Receipt, Request, SamplingParams};
+use tf_engine::runner::Row;
+use tf_engine::{
+    greedy_token, Engine, EngineConfig, EngineError, Event, Receipt, Request, Runner,
+    SamplingParams,
+};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 const VOCAB: usize = 64;
@@ -364,4 +370,94 @@ fn tree_drafts_equal_serial_and_get_accepted() {
         tree_hits > 0,
         "no tree branch was ever accepted: the tree path went untested"
     );
+}
+
+/// The fake target, counting the rounds that asked for greedy ids and the logits rows it
+/// returned through `forward`.
+struct Counting {
+    inner: FakeRunner,
+    id_calls: Arc<AtomicUsize>,
+    logit_rows: Arc<AtomicUsize>,
+}
+
+impl Runner for Counting {
+    fn vocab(&self) -> usize {
+        self.inner.vocab()
+    }
+    fn kv_blocks(&self) -> usize {
+        self.inner.kv_blocks()
+    }
+    fn context_len(&self) -> usize {
+        self.inner.context_len()
+    }
+    fn copy_slots(&mut self, table: &[u32], moves: &[(usize, usize)]) {
+        self.inner.copy_slots(table, moves)
+    }
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
+        let wanted = rows.iter().filter(|r| r.logits).count();
+        self.logit_rows.fetch_add(wanted, Ordering::Relaxed);
+        self.inner.forward(rows)
+    }
+    fn forward_greedy(
+        &mut self,
+        rows: &[Row],
+        _logits: &mut Vec<f32>,
+        ids: &mut Vec<TokenId>,
+    ) -> Result<(), EngineError> {
+        self.id_calls.fetch_add(1, Ordering::Relaxed);
+        let vocab = self.vocab();
+        *ids = self
+            .inner
+            .forward(rows)?
+            .chunks_exact(vocab)
+            .map(greedy_token)
+            .collect();
+        Ok(())
+    }
+}
+
+#[test]
+fn greedy_rounds_take_ids_and_others_logits() {
+    for drafts in [false, true] {
+        let cfg = if drafts {
+            EngineConfig {
+                min_drafts: 2,
+                ..EngineConfig::default()
+            }
+        } else {
+            serial_config()
+        };
+        for sampled in [false, true] {
+            let req = request(7, sampled, 40);
+            let want = solo(serial_config(), req.clone());
+            let (id_calls, logit_rows) = (Arc::new(AtomicUsize::new(0)), Arc::default());
+            let runner = Counting {
+                inner: FakeRunner::new(VOCAB, BLOCKS),
+                id_calls: id_calls.clone(),
+                logit_rows: Arc::clone(&logit_rows),
+            };
+            let mut e = Engine::new(Box::new(runner), cfg.clone(), CostModel::flat());
+            let got = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+            assert_eq!(got.receipt.token_sha, want.receipt.token_sha);
+            let (ids, rows) = (
+                id_calls.load(Ordering::Relaxed),
+                logit_rows.load(Ordering::Relaxed),
+            );
+            // Every round here has a window (the prompt fits one step): a sampled request's
+            // rounds all return logits, a greedy one's all ids.
+            let n = got.tokens.len();
+            assert!(n > 1, "a reply of {n} tokens");
+            if sampled {
+                assert!(
+                    ids == 0 && rows >= n,
+                    "sampled: {ids} id calls, {rows} logit rows"
+                );
+            } else {
+                assert!(
+                    ids > 0 && rows == 0,
+                    "greedy: {ids} id calls, {rows} logit rows"
+                );
+            }
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! kernel with the CPU's arithmetic.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use tf_core::TokenId;
 use tf_engine::runner::Row;
 use tf_engine::EngineError;
 use tf_models::ModelError;
@@ -10,6 +11,13 @@ use super::layout::{layout, RowLayout};
 use super::scratch::{matmul, LOGIT_ROWS};
 use super::{CudaRunner, Graph, GRAPH_ROWS};
 use crate::{CudaError, Result};
+
+/// What a call hands back for its rows with `logits: true`: the logits, or each row's greedy id
+/// (taken on the device, so only the ids are copied back).
+pub enum Out<'a> {
+    Logits(&'a mut Vec<f32>),
+    Ids(&'a mut Vec<TokenId>),
+}
 
 /// What a call needs on the device, built on the host: the embedding rows and the layout.
 pub struct HostRows {
@@ -44,8 +52,9 @@ impl CudaRunner {
         })
     }
 
-    /// Uploads `h`, runs the layers and the output head, and appends the wanted logits to `out`.
-    pub(super) fn run(&mut self, m: usize, h: &HostRows, out: &mut Vec<f32>) -> Result<()> {
+    /// Uploads `h`, runs the layers and the output head, and appends the wanted rows' logits
+    /// or greedy ids to `out`.
+    pub(super) fn run(&mut self, m: usize, h: &HostRows, mut out: Out) -> Result<()> {
         if self
             .s
             .reserve(&self.gpu, h.l.tables.len().max(1), h.l.remaps.len().max(1))?
@@ -68,7 +77,9 @@ impl CudaRunner {
             self.gpu.sync()?;
             return Ok(());
         }
-        out.reserve(h.l.want.len() * self.model.config.vocab);
+        if let Out::Logits(v) = &mut out {
+            v.reserve(h.l.want.len() * self.model.config.vocab);
+        }
         // Graphs bake in the attention form, which for few rows needs every row's keys to fit
         // the split partials.
         let split_ok = h.l.max_keys <= self.s.max_chunks * tf_kernels::attention::KEY_CHUNK;
@@ -84,16 +95,43 @@ impl CudaRunner {
             self.graphs[&m].0.launch()?;
             let (lo, hi) = (h.l.want[0] as usize, *h.l.want.last().unwrap() as usize + 1);
             let want = h.l.want.iter().map(|&r| r as usize);
-            return self.append_logits(lo, hi, want, out);
+            return self.take_rows(lo, hi, want, &mut out);
         }
         self.layers(m)?;
         for idx in h.l.want.chunks(LOGIT_ROWS) {
             st.memcpy_htod(idx, &mut self.s.idx)?;
             self.head(idx.len())?;
-            self.append_logits(0, idx.len(), 0..idx.len(), out)?;
+            self.take_rows(0, idx.len(), 0..idx.len(), &mut out)?;
         }
         self.gpu.sync()?;
         self.prof.flush();
+        Ok(())
+    }
+
+    /// Appends rows `want` (ascending, within `lo..hi`) of `s.logits` to `out`: the logits, or
+    /// the greedy id of each (`argmax_rows` over `lo..hi`, the ids copied back). Waits for the
+    /// stream.
+    fn take_rows(
+        &mut self,
+        lo: usize,
+        hi: usize,
+        want: impl IntoIterator<Item = usize>,
+        out: &mut Out,
+    ) -> Result<()> {
+        let ids = match out {
+            Out::Logits(v) => return self.append_logits(lo, hi, want, v),
+            Out::Ids(ids) => ids,
+        };
+        let vocab = self.model.config.vocab;
+        let n = hi - lo;
+        self.gpu
+            .argmax_rows(&self.s.logits, vocab, lo, n, &mut self.s.ids)?;
+        let mut got = [0i32; LOGIT_ROWS];
+        self.gpu
+            .stream
+            .memcpy_dtoh(&self.s.ids.slice(0..n), &mut got[..n])?;
+        self.gpu.sync()?;
+        ids.extend(want.into_iter().map(|r| got[r - lo] as TokenId));
         Ok(())
     }
 

@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use tf_core::BlockId;
+use forward::Out;
+use tf_core::{BlockId, TokenId};
 use tf_engine::runner::{fingerprint_path, Row, Runner, KV_FORMAT};
 use tf_engine::EngineError;
 use tf_kernels::kv::BLOCK_SIZE;
@@ -200,7 +201,22 @@ impl Runner for CudaRunner {
         out.clear();
         for part in rows.chunks(self.s.cap) {
             let host = self.prepare(part)?;
-            self.run(part.len(), &host, out).map_err(backend)?;
+            self.run(part.len(), &host, Out::Logits(out))
+                .map_err(backend)?;
+        }
+        Ok(())
+    }
+    fn forward_greedy(
+        &mut self,
+        rows: &[Row],
+        _logits: &mut Vec<f32>,
+        ids: &mut Vec<TokenId>,
+    ) -> std::result::Result<(), EngineError> {
+        ids.clear();
+        for part in rows.chunks(self.s.cap) {
+            let host = self.prepare(part)?;
+            self.run(part.len(), &host, Out::Ids(ids))
+                .map_err(backend)?;
         }
         Ok(())
     }

@@ -76,6 +76,8 @@ pub struct Scratch {
     pub xs: CudaSlice<f32>,
     pub hs: CudaSlice<f32>,
     pub logits: CudaSlice<f32>,
+    /// Greedy ids of logits rows (`Runner::forward_greedy`).
+    pub ids: CudaSlice<i32>,
     pub acts: ActCache,
     pub pos: CudaSlice<i32>,
     pub slot: CudaSlice<i32>,
@@ -122,6 +124,7 @@ impl Scratch {
             xs: gpu.zeros(LOGIT_ROWS * d)?,
             hs: gpu.zeros(LOGIT_ROWS * d)?,
             logits: gpu.zeros(LOGIT_ROWS * cfg.vocab)?,
+            ids: gpu.zeros(LOGIT_ROWS)?,
             acts: ActCache {
                 a32: gpu.act_buffer(ActBlock::B32, cap, kmax)?,
                 a256: gpu.act_buffer(ActBlock::B256, cap, kmax)?,

@@ -4,6 +4,7 @@
 //! uses the sequence's block ids and is rolled back with the target's commits.
 
 use super::{Proposer, SeqView};
+use crate::draw::RoundOut;
 use crate::runner::{ModelRunner, Runner};
 use crate::sampler::Sampler;
 use std::collections::HashMap;
@@ -19,6 +20,8 @@ pub struct DraftModel {
     /// Positions of each sequence whose draft KV holds committed tokens.
     valid: HashMap<SeqId, usize>,
     sampler: Sampler,
+    /// The last forward's logits or greedy ids, reused across calls.
+    round: RoundOut,
 }
 
 impl DraftModel {
@@ -36,6 +39,7 @@ impl DraftModel {
             runner,
             valid: HashMap::new(),
             sampler: Sampler::new(),
+            round: RoundOut::default(),
         }
     }
 }
@@ -64,14 +68,19 @@ impl Proposer for DraftModel {
                 tree: None,
             })
             .collect();
-        let Ok(mut logits) = self.runner.forward(&rows) else {
+        // Greedy requests take the draft's tokens as ids (on a GPU, only the ids come back).
+        let greedy = seq.params.draws_greedy();
+        let round = &mut self.round;
+        if round.forward(self.runner.as_mut(), &rows, greedy).is_err() {
             return Vec::new();
-        };
+        }
+        let vocab = self.runner.vocab();
         let mut history = seq.tokens.to_vec();
         let mut out = Vec::with_capacity(max);
         loop {
-            let t = self.sampler.sample(
-                &logits,
+            let t = round.drawn(vocab).token(
+                &mut self.sampler,
+                0,
                 seq.params,
                 seq.seed,
                 (n + out.len()) as u64,
@@ -89,7 +98,7 @@ impl Proposer for DraftModel {
                 logits: true,
                 tree: None,
             };
-            if self.runner.forward_into(&[row], &mut logits).is_err() {
+            if round.forward(self.runner.as_mut(), &[row], greedy).is_err() {
                 break;
             }
         }

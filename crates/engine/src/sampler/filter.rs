@@ -113,8 +113,8 @@ pub(crate) fn bucket_of(x: f64) -> u8 {
         .wrapping_sub(TWO_52.to_bits()) as u8
 }
 
-/// The largest value of `z` (which holds no NaN), in 16 independent lanes so that it
-/// vectorizes; the maximum of values does not depend on the order.
+/// The largest value of `z`, in 16 independent lanes so that it vectorizes; the maximum of
+/// values does not depend on the order. A NaN is never greater, so it counts as -inf.
 #[inline]
 pub(crate) fn max_value(z: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; 16];

@@ -142,6 +142,16 @@ impl SamplingParams {
         )
     }
 
+    /// Whether every token these parameters draw is the [`greedy_token`] of the raw logits row,
+    /// whatever the seed, position and history: temperature 0 (or not a positive finite number)
+    /// or top-k 1, and no penalty that changes a logit. A runner can then take the maximum where
+    /// the logits are (`Runner::forward_greedy`) and copy back one id per row.
+    pub fn draws_greedy(&self) -> bool {
+        let t = self.temperature;
+        let greedy = !(t > 0.0 && t.is_finite()) || self.top_k == 1;
+        greedy && !penalties::penalties_active(self)
+    }
+
     /// The seed the noise is keyed by: the request's, else [`default_seed`] of the prompt.
     pub fn seed_for(&self, prompt_ids: &[TokenId]) -> u64 {
         self.seed.unwrap_or_else(|| default_seed(prompt_ids))
@@ -265,6 +275,22 @@ impl Sampler {
         }
         best.id
     }
+}
+
+/// The greedy token of a logits row: the highest value, NaN counting as -inf, the lowest id
+/// among equal maxima (-0.0 equals +0.0), id 0 when no value is above -inf. What
+/// [`Sampler::sample`] draws for parameters with [`SamplingParams::draws_greedy`].
+///
+/// # Panics
+/// If `logits` is empty.
+pub fn greedy_token(logits: &[f32]) -> TokenId {
+    assert!(!logits.is_empty(), "greedy token of an empty logits row");
+    // A NaN is never greater than anything, so the maximum skips it as it would skip -inf.
+    let m = max_value(logits);
+    if m == f32::NEG_INFINITY {
+        return 0;
+    }
+    logits.iter().position(|&v| v == m).unwrap_or(0) as TokenId
 }
 
 /// The highest value and the lowest id holding it. `z` holds no NaN; an all -inf row gives id 0.

@@ -245,6 +245,62 @@ fn random_logits(rng: &mut TestRng, vocab: usize, spread: f32, ties: bool) -> Ve
 }
 
 #[test]
+fn greedy_token_is_what_greedy_parameters_draw() {
+    let mut rng = TestRng(7);
+    let mut sampler = Sampler::new();
+    let edge: [&[f32]; 6] = [
+        &[1.0, 3.0, 2.0, 3.0],
+        &[f32::NAN, 0.5, 0.5, f32::NAN],
+        &[-0.0, 0.0],
+        &[0.0, -0.0, f32::NAN],
+        &[f32::NAN, f32::NEG_INFINITY, f32::NAN],
+        &[f32::NEG_INFINITY, f32::INFINITY, f32::NAN, f32::INFINITY],
+    ];
+    let mut rows: Vec<Vec<f32>> = edge.iter().map(|r| r.to_vec()).collect();
+    for case in 0..300 {
+        let vocab = 1 + rng.below(3000);
+        rows.push(random_logits(&mut rng, vocab, 8.0, case % 2 == 0));
+    }
+    let mut all_low = vec![f32::NEG_INFINITY; 40];
+    all_low[17] = f32::NAN;
+    rows.push(all_low);
+    for (case, logits) in rows.iter().enumerate() {
+        let history: Vec<u32> = (0..rng.below(20)).map(|_| rng.below(3000) as u32).collect();
+        for params in [
+            SamplingParams::greedy(),
+            SamplingParams {
+                temperature: [0.3, 1.0, 2.0][case % 3],
+                top_k: 1,
+                top_p: 0.5,
+                ..SamplingParams::default()
+            },
+        ] {
+            assert!(params.draws_greedy());
+            let want = sampler.sample(logits, &params, case as u64, 3, &history);
+            assert_eq!(greedy_token(logits), want, "case {case}, {params:?}");
+        }
+    }
+    // Anything that changes a logit or draws noise is not greedy.
+    let not = [
+        SamplingParams::default(),
+        SamplingParams {
+            presence_penalty: 0.5,
+            ..SamplingParams::greedy()
+        },
+        SamplingParams {
+            frequency_penalty: -0.1,
+            ..SamplingParams::greedy()
+        },
+        SamplingParams {
+            repetition_penalty: 1.1,
+            top_k: 1,
+            ..SamplingParams::default()
+        },
+    ];
+    assert!(not.iter().all(|p| !p.draws_greedy()));
+}
+
+#[test]
 fn top_k_one_is_greedy_at_any_temperature() {
     let mut rng = TestRng(1);
     let mut sampler = Sampler::new();
