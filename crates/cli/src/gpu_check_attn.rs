@@ -1,7 +1,7 @@
 //! `gpu-check` of paged attention: the GPU kernels (tiled and one block per row, one pass and
 //! split with the merge) against `tf_kernels::attention` on the CPU, bitwise, for calls that
-//! mix sequences, tree rows with remapped positions and partial key chunks; and their time for
-//! a 512-row prefill call over 2048 keys.
+//! mix sequences, tree rows with remapped positions and partial key chunks, and rows of up to
+//! 64 chunks (the merge in pieces); and their time for a 512-row prefill call over 2048 keys.
 
 use anyhow::Result;
 use tf_core::BlockId;
@@ -102,6 +102,13 @@ pub fn run(
             span(0, 60, 62).chain(span(1, 44, 46)).collect(),
         ),
         ("tree", tree_rows()),
+        // The split form's merge over more than one piece of 32 chunks: 64 chunks, and rows of
+        // 35 chunks with a partial second piece next to rows of another sequence.
+        ("decode long", span(2, 2047, 2048).collect()),
+        (
+            "verify long",
+            span(2, 1090, 1100).chain(span(0, 320, 324)).collect(),
+        ),
         ("prefill 2k", span(2, 1536, 2048).collect()),
     ];
     for (h, kvh, hd) in SHAPES {

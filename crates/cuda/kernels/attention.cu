@@ -213,7 +213,8 @@ extern "C" __global__ void attention_split(const float* q, const float* kc, cons
 }
 
 // Dimension t of row r's head h: its chunks' partials folded from chunk 0 with the merge
-// above, then o / L.
+// above, then o / L. Each chunk's loads wait for the previous chunk's fold: for the few chunks
+// of a short context.
 __device__ __forceinline__ float attn_merged(const int* meta, int r, int n_heads, int h, int hd,
                                              int t, int max_chunks, const float* part_ml,
                                              const float* part_o) {
@@ -228,12 +229,102 @@ __device__ __forceinline__ float attn_merged(const int* meta, int r, int n_heads
     return bl > 0.0f ? __fdiv_rn(o, bl) : o;
 }
 
+// Rows of at most this many chunks merge with `attn_merged`; longer ones in pieces.
+#define MERGE_SERIAL 8
+
+// The split form's merge, for values v0 .. v0 + nv of row r (thread t < nv: value v0 + t),
+// with exactly the operations of `attn_merge` folding the chunks in ascending order, but
+// without its chain of dependent loads: per piece of 32 chunks, one warp per head spanned loads
+// the chunks' maxima and sums at once (lane = chunk), takes the running maxima M_c with a warp
+// scan (the maximum does not depend on the order; a zero's sign, which could, only ever enters
+// exp(0) = 1) and the factors a_c = exp(M_{c-1} - M_c), b_c = exp(m_c - M_c) in parallel; lane 0
+// runs the sums' chain L = L*a + l*b; then every thread folds its value o = o*a + oc*b with all
+// of the piece's loads in flight. Chunk 0 is taken as it is. Returns o / L (o where L is 0).
+// Rows of at most MERGE_SERIAL chunks take `attn_merged`, which is quicker there.
+// Needs a warp per head spanned (at most MERGE_HEADS) and every thread of the block.
+#define MERGE_PIECE 32
+#define MERGE_HEADS 8
+__device__ __forceinline__ float attn_merge_values(const int* meta, int r, int n_heads, int hd,
+                                                   int max_chunks, const float* part_ml,
+                                                   const float* part_o, int v0, int nv) {
+    __shared__ float fa[MERGE_HEADS][MERGE_PIECE], fb[MERGE_HEADS][MERGE_PIECE];
+    __shared__ float fl[MERGE_HEADS];
+    const int t = threadIdx.x, lane = t % 32, w = t / 32;
+    const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
+    if (n_chunks <= MERGE_SERIAL) {  // the same for the whole block
+        if (t >= nv) return 0.0f;
+        const int i = v0 + t;
+        return attn_merged(meta, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
+    }
+    const int h0 = v0 / hd, nh = (v0 + nv - 1) / hd - h0 + 1;
+    // The factor warp's head and the chain state its lanes carry across pieces.
+    const int fh = h0 + w;
+    const size_t fbase = ((size_t)r * n_heads + fh) * max_chunks;
+    float run_m = NEG_INF, run_l = 0.0f;
+    // This thread's value.
+    const bool mine = t < nv;
+    const int h = (v0 + t) / hd, e = (v0 + t) % hd;
+    const size_t base = ((size_t)r * n_heads + (mine ? h : 0)) * max_chunks;
+    const int hw = (mine ? h : h0) - h0;
+    float o = 0.0f;
+    for (int p0 = 0; p0 < n_chunks; p0 += MERGE_PIECE) {
+        const int np = min(MERGE_PIECE, n_chunks - p0);
+        __syncthreads();  // the previous piece's factors are used
+        if (w < nh) {
+            const int c = p0 + lane;
+            float cm = NEG_INF, cl = 0.0f;
+            if (lane < np) {
+                cm = part_ml[2 * (fbase + c)];
+                cl = part_ml[2 * (fbase + c) + 1];
+            }
+            // Running maxima: the previous pieces' carried in, then an inclusive scan.
+            float pm = lane == 0 && p0 > 0 ? fmaxf(run_m, cm) : cm;
+            for (int x = 1; x < 32; x <<= 1) {
+                const float y = __shfl_up_sync(FULL_MASK, pm, x);
+                if (lane >= x) pm = fmaxf(y, pm);
+            }
+            float prev = __shfl_up_sync(FULL_MASK, pm, 1);
+            if (lane == 0) prev = run_m;
+            const float a = canon_exp(__fsub_rn(prev, pm));
+            const float b = canon_exp(__fsub_rn(cm, pm));
+            fa[w][lane] = a;
+            fb[w][lane] = b;
+            run_m = __shfl_sync(FULL_MASK, pm, np - 1);
+            // The sums' chain, in chunk order.
+            for (int j = 0; j < np; j++) {
+                const float aj = __shfl_sync(FULL_MASK, a, j);
+                const float bj = __shfl_sync(FULL_MASK, b, j);
+                const float lj = __shfl_sync(FULL_MASK, cl, j);
+                run_l = p0 + j == 0 ? lj : __fadd_rn(__fmul_rn(run_l, aj), __fmul_rn(lj, bj));
+            }
+        }
+        __syncthreads();
+        if (mine) {
+            float oc[MERGE_PIECE];
+#pragma unroll
+            for (int j = 0; j < MERGE_PIECE; j++)
+                if (j < np) oc[j] = part_o[(base + p0 + j) * hd + e];
+#pragma unroll
+            for (int j = 0; j < MERGE_PIECE; j++) {
+                if (j < np) {
+                    o = p0 + j == 0 ? oc[j]
+                                    : __fadd_rn(__fmul_rn(o, fa[hw][j]), __fmul_rn(oc[j], fb[hw][j]));
+                }
+            }
+        }
+    }
+    if (w < nh && lane == 0) fl[w] = run_l;
+    __syncthreads();
+    const float l = fl[hw];
+    return l > 0.0f ? __fdiv_rn(o, l) : o;
+}
+
+// One block of `hd` threads per (row, head).
 extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd, int max_chunks,
                                            const float* part_ml, const float* part_o,
                                            float* out) {
     pdl_enter();
     const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
-    if (t >= hd) return;
-    out[((size_t)r * n_heads + h) * hd + t] =
-        attn_merged(meta, r, n_heads, h, hd, t, max_chunks, part_ml, part_o);
+    const float v = attn_merge_values(meta, r, n_heads, hd, max_chunks, part_ml, part_o, h * hd, hd);
+    out[((size_t)r * n_heads + h) * hd + t] = v;
 }

@@ -209,8 +209,8 @@ ATTN_FEW_KERNEL(attention_few_128, 128)
 ATTN_FEW_KERNEL(attention_few_64, 64)
 
 // `attention_merge` followed by `actq` of the merged rows (the input of the o matmul), one
-// launch: block (r, j) merges values 256 j .. 256 j + 255 of row r (thread t: one value, the
-// chunks folded in ascending order as `attention_merge` does), stages them, and quantizes their
+// launch: block (r, j) merges values 256 j .. 256 j + 255 of row r (`attn_merge_values`, as
+// `attention_merge` does), stages them, and quantizes their
 // blocks of `bl` values with `actq_block`, one warp per block.
 extern "C" __global__ void __launch_bounds__(256)
     attention_merge_q(const int* meta, int n_heads, int hd, int max_chunks,
@@ -220,9 +220,9 @@ extern "C" __global__ void __launch_bounds__(256)
     __shared__ float sv[256];
     const int r = blockIdx.x, v0 = blockIdx.y * 256, t = threadIdx.x, i = v0 + t;
     const int qd = n_heads * hd;
+    const float val =
+        attn_merge_values(meta, r, n_heads, hd, max_chunks, part_ml, part_o, v0, min(256, qd - v0));
     if (i < qd) {
-        const float val =
-            attn_merged(meta, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
         out[(size_t)r * qd + i] = val;
         sv[t] = val;
     }

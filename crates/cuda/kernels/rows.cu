@@ -62,21 +62,34 @@ __device__ __forceinline__ void argmax_take(float& bv, int& bi, float v, int i) 
 // The greedy token of rows first .. first + gridDim.x of x (n values each) into out: the highest
 // value, NaN counting as -inf, the lowest index among equal maxima (-0.0 equals +0.0), 0 when no
 // value is above -inf (the host's `greedy_token`). Only comparisons, so the reduction's order
-// cannot change the index. One block per row.
-extern "C" __global__ void argmax_rows(const float* x, int n, int first, int* out) {
+// cannot change the index. One block of ARGMAX_THREADS per row.
+#define ARGMAX_THREADS 512
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_rows(const float* x, int n, int first, int* out) {
     pdl_enter();
     const float neg_inf = __int_as_float(0xff800000);
     const float* row = x + (size_t)(first + blockIdx.x) * n;
     float bv = neg_inf;
     int bi = n;  // a NaN is never taken: neither above nor equal to anything
     if ((n & 3) == 0) {
+        // Eight loads in flight per thread before any comparison.
         const float4* r4 = reinterpret_cast<const float4*>(row);
-        for (int j = threadIdx.x; j < n / 4; j += blockDim.x) {
-            float4 v = r4[j];
-            argmax_take(bv, bi, v.x, 4 * j);
-            argmax_take(bv, bi, v.y, 4 * j + 1);
-            argmax_take(bv, bi, v.z, 4 * j + 2);
-            argmax_take(bv, bi, v.w, 4 * j + 3);
+        const int n4 = n / 4, step = blockDim.x;
+        for (int j0 = threadIdx.x; j0 < n4; j0 += 8 * step) {
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (j0 + u * step < n4) v[u] = r4[j0 + u * step];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int j = j0 + u * step;
+                if (j < n4) {
+                    argmax_take(bv, bi, v[u].x, 4 * j);
+                    argmax_take(bv, bi, v[u].y, 4 * j + 1);
+                    argmax_take(bv, bi, v[u].z, 4 * j + 2);
+                    argmax_take(bv, bi, v[u].w, 4 * j + 3);
+                }
+            }
         }
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) argmax_take(bv, bi, row[i], i);

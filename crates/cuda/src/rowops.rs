@@ -19,6 +19,8 @@ pub const MAX_GROUP_VALUES: usize = 2048;
 /// (`attention_tile.cu`).
 const TILE_QH: usize = 32;
 const TILE_THREADS: u32 = 128;
+/// Threads per block of `argmax_rows` (`ARGMAX_THREADS`).
+const ARGMAX_THREADS: u32 = 512;
 /// Threads per block of `attention_few.cu` (`FEW_THREADS`).
 const FEW_THREADS: u32 = 128;
 
@@ -376,7 +378,7 @@ impl Gpu {
         let (ni, fi) = (n as i32, first as i32);
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
-            block_dim: (1024, 1, 1),
+            block_dim: (ARGMAX_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = self.launcher(&f);
