@@ -175,7 +175,8 @@ impl Bench {
             if greedy {
                 self.runner.forward_greedy(&rows, &mut logits, &mut ids)?;
             } else {
-                self.runner.forward_into(&rows, &mut logits)?;
+                // Where the engine's sampled rounds read them (on a GPU, the download buffer).
+                self.runner.forward_logits(&rows, &mut logits)?;
             }
             best = best.min(start.elapsed().as_secs_f64());
         }

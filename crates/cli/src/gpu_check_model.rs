@@ -189,7 +189,29 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
     for (r, (g, w)) in a.iter().zip(&want_ids).enumerate() {
         greedy.check(g == w, || format!("row {r}: GPU {g}, logits {w}"));
     }
-    Ok(vec![prefill, decode, chunks, batch, greedy])
+    // Logits left in the download buffer (`forward_logits`, sampled rounds): the mixed rows,
+    // all wanted and every third one (the buffer compacted), against the copied logits.
+    let mut view = Tally::new("GPU logits in the download buffer == copied logits (rows)");
+    let mut sparse = mixed.clone();
+    for (i, r) in sparse.iter_mut().enumerate() {
+        r.logits = i % 3 == 1;
+    }
+    for (call, pick) in [(&mixed, 1), (&sparse, 3)] {
+        let got = dev.forward_logits(call, &mut scratch)?.to_vec();
+        let want: Vec<f32> = out
+            .chunks_exact(vocab)
+            .enumerate()
+            .filter(|(i, _)| pick == 1 || i % 3 == 1)
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
+        view.check(got.len() == want.len(), || {
+            format!("{} floats for {}", got.len(), want.len())
+        });
+        for (r, (a, b)) in got.chunks(vocab).zip(want.chunks(vocab)).enumerate() {
+            view.check(bits_equal(a, b), || format!("row {r} of every {pick}"));
+        }
+    }
+    Ok(vec![prefill, decode, chunks, batch, greedy, view])
 }
 
 /// Which runner an engine of the check uses.

@@ -1,8 +1,14 @@
-//! Where a round's tokens come from: logits rows for the keyed sampler, or, when every window of
-//! the round draws greedily, the ids a runner took itself (`Runner::forward_greedy`) — the same
-//! tokens, since `greedy_token` is what the sampler draws for such parameters.
+//! Draw and accept: where a round's tokens come from and which guesses they confirm.
+//!
+//! A round's output is logits rows for the keyed sampler or, when every window of the round
+//! draws greedily, the ids a runner took itself (`Runner::forward_greedy`) — the same tokens,
+//! since `greedy_token` is what the sampler draws for such parameters. Logits may live in the
+//! runner's own memory (`Runner::forward_logits`): [`accept`] reads only what it needs, and the
+//! engine applies the verdicts after the runner is free again.
 
+use crate::engine::Plan;
 use crate::sampler::{Sampler, SamplingParams};
+use crate::sequence::Seq;
 use crate::Runner;
 use tf_core::TokenId;
 use tf_models::Row;
@@ -39,36 +45,89 @@ impl Drawn<'_> {
     }
 }
 
-/// The buffers a caller keeps across rounds for [`forward`].
+/// The buffers a caller keeps across rounds for [`forward`](RoundOut::forward).
 #[derive(Default)]
 pub(crate) struct RoundOut {
     pub logits: Vec<f32>,
     pub ids: Vec<TokenId>,
-    pub greedy: bool,
 }
 
 impl RoundOut {
-    /// Runs `rows`, through `forward_greedy` when `greedy` (every draw of the round is greedy).
-    pub(crate) fn forward(
-        &mut self,
-        runner: &mut dyn Runner,
+    /// Runs `rows`: greedy ids through `forward_greedy` when `greedy` (every draw of the round
+    /// is greedy), else logits wherever the runner keeps them.
+    pub(crate) fn forward<'a>(
+        &'a mut self,
+        runner: &'a mut dyn Runner,
         rows: &[Row],
         greedy: bool,
-    ) -> Result<(), crate::EngineError> {
-        self.greedy = greedy;
+    ) -> Result<Drawn<'a>, crate::EngineError> {
         if greedy {
-            runner.forward_greedy(rows, &mut self.logits, &mut self.ids)
+            runner.forward_greedy(rows, &mut self.logits, &mut self.ids)?;
+            Ok(Drawn::Greedy(&self.ids))
         } else {
-            runner.forward_into(rows, &mut self.logits)
+            let vocab = runner.vocab();
+            let logits = runner.forward_logits(rows, &mut self.logits)?;
+            Ok(Drawn::Logits(logits, vocab))
         }
     }
+}
 
-    /// What the last [`forward`](Self::forward) returned.
-    pub(crate) fn drawn(&self, vocab: usize) -> Drawn<'_> {
-        if self.greedy {
-            Drawn::Greedy(&self.ids)
-        } else {
-            Drawn::Logits(&self.logits, vocab)
+/// What one window's rows decided.
+pub(crate) struct Verdict {
+    /// The target's tokens: the confirmed guesses and the first token after them.
+    pub emitted: Vec<TokenId>,
+    /// Guesses confirmed (of the main chain, or of the extra branch `via_branch`).
+    pub accepted: usize,
+    pub via_branch: Option<usize>,
+}
+
+/// Draws window `p`'s tokens from its rows (output rows `at..`) and accepts the guesses they
+/// confirm: the main chain, else the first extra branch that starts with the target's own first
+/// token; stops at the first guess the target does not draw.
+pub(crate) fn accept(drawn: Drawn, sampler: &mut Sampler, s: &Seq, p: &Plan, at: usize) -> Verdict {
+    let len = s.tokens.len();
+    let k = p.drafts.len();
+    let mut history = s.generated().to_vec();
+    let first = drawn.token(sampler, at, &s.req.params, s.seed, len as u64, &history);
+    let mut follow: Option<(&[TokenId], usize, Option<usize>)> = None;
+    if k > 0 && p.drafts[0] == first {
+        follow = Some((&p.drafts, 1, None));
+    } else {
+        let mut offset = 1 + k;
+        for (b, branch) in p.branches.iter().enumerate() {
+            if branch[0] == first {
+                follow = Some((branch, offset, Some(b)));
+                break;
+            }
+            offset += branch.len();
         }
     }
+    let mut v = Verdict {
+        emitted: vec![first],
+        accepted: 0,
+        via_branch: None,
+    };
+    if let Some((branch, offset, b)) = follow {
+        v.via_branch = b;
+        v.accepted = 1;
+        history.push(first);
+        loop {
+            let t = drawn.token(
+                sampler,
+                at + offset + v.accepted - 1,
+                &s.req.params,
+                s.seed,
+                (len + v.accepted) as u64,
+                &history,
+            );
+            v.emitted.push(t);
+            if v.accepted < branch.len() && branch[v.accepted] == t {
+                v.accepted += 1;
+                history.push(t);
+            } else {
+                break;
+            }
+        }
+    }
+    v
 }

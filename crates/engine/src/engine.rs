@@ -10,7 +10,7 @@ use tf_models::TreeRow;
 
 /// Nodes per extra tree branch.
 const TREE_BRANCH_LEN: usize = 2;
-use crate::draw::{Drawn, RoundOut};
+use crate::draw::{accept, Drawn, RoundOut, Verdict};
 use crate::error::EngineError;
 use crate::proposer::{copy_source, Copies, Proposer, SeqView};
 use crate::request::{Event, FinishReason, Request};
@@ -68,17 +68,24 @@ enum Source {
     Filler,
 }
 
-struct Plan {
+pub(crate) struct Plan {
     seq: usize,
     /// Positions whose rows carry committed tokens without logits (prefill), or with logits on
     /// the last one when `window` is set and the sequence is not decoding yet.
     catch_up: std::ops::Range<usize>,
     window: bool,
-    drafts: Vec<TokenId>,
+    pub(crate) drafts: Vec<TokenId>,
     source: Option<Source>,
     /// Tree drafts: other branches (distinct first tokens) and the KV slots of their nodes.
-    branches: Vec<Vec<TokenId>>,
+    pub(crate) branches: Vec<Vec<TokenId>>,
     branch_slots: Vec<Vec<usize>>,
+}
+
+impl Plan {
+    /// Output rows of the window: its first row, the guesses, the tree nodes.
+    fn rows(&self) -> usize {
+        1 + self.drafts.len() + self.branches.iter().map(Vec::len).sum::<usize>()
+    }
 }
 
 pub struct Engine {
@@ -321,21 +328,33 @@ impl Engine {
             .filter(|p| p.window)
             .all(|p| self.running[p.seq].req.params.draws_greedy());
         let mut out = std::mem::take(&mut self.out);
-        let result = out.forward(self.runner.as_mut(), &rows, greedy);
-        let secs = t.elapsed().as_secs_f64();
-        drop(rows);
-        if let Err(e) = result {
-            for p in &plans {
-                let s = &mut self.running[p.seq];
-                let _ = s.events.send(Event::Error(e.to_string()));
-                s.finished = Some(FinishReason::Error);
-            }
-            self.reap();
-            return Err(e);
-        }
-        self.cost.observe_forward(total_rows, secs);
-        self.commit(&plans, out.drawn(self.runner.vocab()));
+        // The verdicts are drawn while the logits may still be the runner's; it is free again
+        // when they are applied.
+        let result = out
+            .forward(self.runner.as_mut(), &rows, greedy)
+            .map(|drawn| {
+                let secs = t.elapsed().as_secs_f64();
+                (
+                    secs,
+                    Self::accept_all(&mut self.sampler, &self.running, &plans, drawn),
+                )
+            });
         self.out = out;
+        drop(rows);
+        let (secs, verdicts) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                for p in &plans {
+                    let s = &mut self.running[p.seq];
+                    let _ = s.events.send(Event::Error(e.to_string()));
+                    s.finished = Some(FinishReason::Error);
+                }
+                self.reap();
+                return Err(e);
+            }
+        };
+        self.cost.observe_forward(total_rows, secs);
+        self.commit(&plans, verdicts);
         self.index_blocks();
         self.reap();
         Ok(true)
@@ -610,72 +629,48 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
 }
 
 impl Engine {
-    /// Draw, accept, commit and emit for every planned window.
-    fn commit(&mut self, plans: &[Plan], drawn: Drawn) {
+    /// Draw and accept every planned window (verdicts in plan order, `None` for plans without
+    /// a window).
+    fn accept_all(
+        sampler: &mut Sampler,
+        running: &[Seq],
+        plans: &[Plan],
+        drawn: Drawn,
+    ) -> Vec<Option<Verdict>> {
         let mut at = 0;
+        plans
+            .iter()
+            .map(|p| {
+                if !p.window {
+                    return None;
+                }
+                let v = accept(drawn, sampler, &running[p.seq], p, at);
+                at += p.rows();
+                Some(v)
+            })
+            .collect()
+    }
+
+    /// Commit and emit every planned window's verdict.
+    fn commit(&mut self, plans: &[Plan], verdicts: Vec<Option<Verdict>>) {
         let now = Instant::now();
-        for p in plans {
+        for (p, verdict) in plans.iter().zip(verdicts) {
             let decoding = self.running[p.seq].decoding();
             let s = &mut self.running[p.seq];
             if !p.catch_up.is_empty() {
                 s.kv_len = p.catch_up.end;
             }
-            if !p.window {
+            let Some(Verdict {
+                emitted,
+                accepted,
+                via_branch,
+            }) = verdict
+            else {
                 continue;
-            }
+            };
             let len = s.tokens.len();
             let k = p.drafts.len();
             let tree_nodes: usize = p.branches.iter().map(Vec::len).sum();
-            let mut history = s.generated().to_vec();
-            let first = drawn.token(
-                &mut self.sampler,
-                at,
-                &s.req.params,
-                s.seed,
-                len as u64,
-                &history,
-            );
-            // The branch that starts with the target's own first token, if any: the main chain
-            // (rows 1..=k), else the first extra branch that does.
-            let mut follow: Option<(&[TokenId], usize, Option<usize>)> = None;
-            if k > 0 && p.drafts[0] == first {
-                follow = Some((&p.drafts, 1, None));
-            } else {
-                let mut offset = 1 + k;
-                for (b, branch) in p.branches.iter().enumerate() {
-                    if branch[0] == first {
-                        follow = Some((branch, offset, Some(b)));
-                        break;
-                    }
-                    offset += branch.len();
-                }
-            }
-            let mut emitted = vec![first];
-            let mut accepted = 0;
-            let mut via_branch = None;
-            if let Some((branch, offset, b)) = follow {
-                via_branch = b;
-                accepted = 1;
-                history.push(first);
-                loop {
-                    let t = drawn.token(
-                        &mut self.sampler,
-                        at + offset + accepted - 1,
-                        &s.req.params,
-                        s.seed,
-                        (len + accepted) as u64,
-                        &history,
-                    );
-                    emitted.push(t);
-                    if accepted < branch.len() && branch[accepted] == t {
-                        accepted += 1;
-                        history.push(t);
-                    } else {
-                        break;
-                    }
-                }
-            }
-            at += 1 + k + tree_nodes;
             // Accepted rows of an extra branch move from their slots to their positions.
             if let Some(b) = via_branch {
                 let moves: Vec<(usize, usize)> = (0..accepted)

@@ -26,6 +26,19 @@ pub trait Runner: Send {
         *out = self.forward(rows)?;
         Ok(())
     }
+    /// [`forward_into`](Self::forward_into) with the logits left where the runner keeps them:
+    /// `vocab()` floats per row with `logits: true`, valid until the next call. `scratch` is the
+    /// caller's buffer for a runner whose logits are not already in host memory it owns (the
+    /// default: [`forward_into`](Self::forward_into) into `scratch`); a GPU runner returns its
+    /// page-locked download buffer, and rows the caller never reads are never copied again.
+    fn forward_logits<'a>(
+        &'a mut self,
+        rows: &[Row],
+        scratch: &'a mut Vec<f32>,
+    ) -> Result<&'a [f32], EngineError> {
+        self.forward_into(rows, scratch)?;
+        Ok(scratch)
+    }
     /// [`forward_into`](Self::forward_into) for rows whose every draw is greedy
     /// ([`SamplingParams::draws_greedy`](crate::SamplingParams::draws_greedy)): `ids` is cleared
     /// and then holds the [`greedy_token`] of each row with `logits: true`, in order. `logits` is

@@ -17,6 +17,8 @@ use crate::{CudaError, Result};
 pub enum Out<'a> {
     Logits(&'a mut Vec<f32>),
     Ids(&'a mut Vec<TokenId>),
+    /// The logits left in the page-locked buffer, wanted rows first (at most `LOGIT_ROWS`).
+    Pinned,
 }
 
 /// What a call needs on the device, built on the host: the embedding rows and the layout.
@@ -121,6 +123,17 @@ impl CudaRunner {
         let ids = match out {
             Out::Logits(v) => return self.append_logits(lo, hi, want, v),
             Out::Ids(ids) => ids,
+            Out::Pinned => {
+                let vocab = self.model.config.vocab;
+                let src = self.s.logits.slice(lo * vocab..hi * vocab);
+                let p = self
+                    .pinned
+                    .as_mut()
+                    .expect("Out::Pinned without a pinned buffer");
+                p.download(&self.gpu, &src)?;
+                p.compact(vocab, want.into_iter().map(|r| r - lo));
+                return Ok(());
+            }
         };
         let vocab = self.model.config.vocab;
         let n = hi - lo;

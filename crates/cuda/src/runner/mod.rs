@@ -206,6 +206,25 @@ impl Runner for CudaRunner {
         }
         Ok(())
     }
+    fn forward_logits<'a>(
+        &'a mut self,
+        rows: &[Row],
+        scratch: &'a mut Vec<f32>,
+    ) -> std::result::Result<&'a [f32], EngineError> {
+        let wanted = rows.iter().filter(|r| r.logits).count();
+        if self.pinned.is_none() || rows.len() > self.s.cap || wanted > scratch::LOGIT_ROWS {
+            self.forward_into(rows, scratch)?;
+            return Ok(scratch);
+        }
+        let host = self.prepare(rows)?;
+        self.run(rows.len(), &host, Out::Pinned).map_err(backend)?;
+        let vocab = self.model.config.vocab;
+        Ok(self
+            .pinned
+            .as_ref()
+            .expect("checked")
+            .floats(wanted * vocab))
+    }
     fn forward_greedy(
         &mut self,
         rows: &[Row],

@@ -76,6 +76,41 @@ impl Pinned {
     }
 }
 
+impl Pinned {
+    /// Copies `src` (at most `len` floats) to the start of the buffer and waits for it.
+    pub fn download(&mut self, gpu: &Gpu, src: &CudaView<f32>) -> Result<()> {
+        let n = src.len();
+        assert!(n <= self.len, "pinned buffer too small");
+        {
+            let (sp, _sync) = src.device_ptr(&gpu.stream);
+            // SAFETY: `ptr` holds `len` >= n floats, owned by `self` and not read before the
+            // stream has been synchronized below.
+            let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr, n) };
+            // SAFETY: `dst` and the source hold n floats.
+            unsafe { result::memcpy_dtoh_async(dst, sp, gpu.stream.cu_stream()) }?;
+        }
+        gpu.sync()
+    }
+
+    /// The first `n` floats (what the last [`download`](Self::download) wrote).
+    pub fn floats(&self, n: usize) -> &[f32] {
+        assert!(n <= self.len, "pinned buffer too small");
+        // SAFETY: within the buffer; the last download has completed (it waits).
+        unsafe { std::slice::from_raw_parts(self.ptr, n) }
+    }
+
+    /// Moves rows `keep` (ascending, of `row` floats each) to the front, in order.
+    pub fn compact(&mut self, row: usize, keep: impl IntoIterator<Item = usize>) {
+        // SAFETY: the whole buffer, owned by `self`, no other reference alive (`&mut self`).
+        let all = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        for (to, from) in keep.into_iter().enumerate() {
+            if from != to {
+                all.copy_within(from * row..(from + 1) * row, to * row);
+            }
+        }
+    }
+}
+
 impl Drop for Pinned {
     fn drop(&mut self) {
         // SAFETY: allocated by `malloc_host` in `new`, freed once.

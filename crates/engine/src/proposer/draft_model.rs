@@ -70,15 +70,11 @@ impl Proposer for DraftModel {
             .collect();
         // Greedy requests take the draft's tokens as ids (on a GPU, only the ids come back).
         let greedy = seq.params.draws_greedy();
-        let round = &mut self.round;
-        if round.forward(self.runner.as_mut(), &rows, greedy).is_err() {
-            return Vec::new();
-        }
-        let vocab = self.runner.vocab();
         let mut history = seq.tokens.to_vec();
         let mut out = Vec::with_capacity(max);
-        loop {
-            let t = round.drawn(vocab).token(
+        let mut next = rows;
+        while let Ok(drawn) = self.round.forward(self.runner.as_mut(), &next, greedy) {
+            let t = drawn.token(
                 &mut self.sampler,
                 0,
                 seq.params,
@@ -91,16 +87,16 @@ impl Proposer for DraftModel {
             if out.len() == max {
                 break;
             }
-            let row = Row {
+            next = vec![Row {
                 token: t,
                 pos: n - 1 + out.len(),
                 table: seq.table,
                 logits: true,
                 tree: None,
-            };
-            if round.forward(self.runner.as_mut(), &[row], greedy).is_err() {
-                break;
-            }
+            }];
+        }
+        if out.is_empty() {
+            return out;
         }
         // Positions up to n-1 hold committed tokens; the drafts fed back are only guesses.
         self.valid.insert(seq.id, n + out.len() - 1);
