@@ -75,6 +75,7 @@ pub fn build(
     let runner = backend.runner(&target, &pool, kv_positions, context, max_rows)?;
     let blocks = runner.kv_blocks();
     let mut engine = Engine::new(runner, config, CostModel::flat());
+    engine.sample_on(pool.clone());
     if let Some(dm) = &draft_model {
         let positions = blocks * tf_kernels::kv::BLOCK_SIZE;
         let draft = backend.runner(dm, &pool, positions, context, max_rows)?;

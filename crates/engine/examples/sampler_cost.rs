@@ -2,10 +2,12 @@
 //! `cargo run --release -p tf-engine --example sampler_cost`. The row is synthetic (a
 //! Qwen2.5-sized vocabulary, a bell of logits around 0 and a few tokens far above it); the
 //! figure that matters is the per-row time against a forward's, since every drawn token pays it
-//! on the host.
+//! on the host. Each case runs on one thread and then on a pool of the machine's threads.
 
+use std::sync::Arc;
 use std::time::Instant;
 use tf_engine::sampler::{Sampler, SamplingParams};
+use tf_kernels::ThreadPool;
 
 const VOCAB: usize = 151_936;
 const ROWS: usize = 200;
@@ -50,14 +52,22 @@ fn main() {
             },
         ),
     ];
-    let mut sampler = Sampler::new();
-    for (name, params) in cases {
-        let start = Instant::now();
-        let mut check = 0u64;
-        for pos in 0..ROWS {
-            check += u64::from(sampler.sample(&logits, &params, 7, pos as u64, &[]));
+    // One thread, then the machine's threads (`Sampler::with_pool`): the same tokens, so the
+    // same id sums.
+    let pool = Arc::new(ThreadPool::with_available_parallelism());
+    let threads = pool.threads();
+    for (label, mut sampler) in [
+        ("1 thread".to_string(), Sampler::new()),
+        (format!("{threads} threads"), Sampler::with_pool(pool)),
+    ] {
+        for (name, params) in cases {
+            let start = Instant::now();
+            let mut check = 0u64;
+            for pos in 0..ROWS {
+                check += u64::from(sampler.sample(&logits, &params, 7, pos as u64, &[]));
+            }
+            let us = start.elapsed().as_secs_f64() / ROWS as f64 * 1e6;
+            println!("{label}, {name}: {us:.1} µs per row (token id sum {check})");
         }
-        let us = start.elapsed().as_secs_f64() / ROWS as f64 * 1e6;
-        println!("{name}: {us:.1} µs per row (token id sum {check})");
     }
 }

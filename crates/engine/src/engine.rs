@@ -130,6 +130,12 @@ impl Engine {
         }
     }
 
+    /// Spreads the sampler's passes over the whole vocabulary over `pool`'s threads (the same
+    /// tokens; the pool is idle while a round's tokens are drawn).
+    pub fn sample_on(&mut self, pool: std::sync::Arc<tf_kernels::ThreadPool>) {
+        self.sampler = Sampler::with_pool(pool);
+    }
+
     /// Adds a proposer that runs a model (a draft model).
     pub fn add_draft_model(&mut self, p: Box<dyn Proposer>) {
         self.models.push(p);

@@ -7,6 +7,7 @@
 
 use std::cmp::Ordering;
 use tf_core::TokenId;
+use tf_kernels::ThreadPool;
 
 /// Rank order of the candidate set: logit descending, then id ascending. `z` holds no NaN.
 #[inline]
@@ -302,23 +303,16 @@ pub(crate) struct TopPFull {
     pub(crate) tail: Vec<TokenId>,
 }
 
-pub(crate) fn top_p_full(
+/// Every token's mass and bucket (pass 1) and the masses summed by bucket (pass 2, four
+/// interleaved copies to break store-to-load chains on runs of tokens in one bucket).
+fn mass_histogram(
     z: &[f32],
     scale: Scale,
-    top_p: f32,
-    buckets: &mut Vec<u8>,
-    masses: &mut Vec<u64>,
-    tail: Vec<TokenId>,
-) -> TopPFull {
+    masses: &mut [u64],
+    buckets: &mut [u8],
+) -> [u128; BUCKETS] {
+    mass_pass(z, scale, masses, buckets);
     let n = z.len();
-    buckets.clear();
-    buckets.resize(n, 0);
-    masses.clear();
-    masses.resize(n, 0);
-    let total = mass_pass(z, scale, masses, buckets);
-    let target = top_p_target(total, top_p);
-    // Pass 2: the histogram, four interleaved copies to break store-to-load chains on runs of
-    // tokens in one bucket.
     let mut hist = [[0u128; BUCKETS]; 4];
     let mut quads = buckets.chunks_exact(4).zip(masses.chunks_exact(4));
     for (b, q) in &mut quads {
@@ -330,15 +324,70 @@ pub(crate) fn top_p_full(
     for i in rem..n {
         hist[0][buckets[i] as usize] += u128::from(masses[i]);
     }
+    let mut sum = [0u128; BUCKETS];
+    for (b, s) in sum.iter_mut().enumerate() {
+        *s = hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
+    }
+    sum
+}
+
+/// A pointer that may cross threads; each user touches a disjoint range.
+struct Shared<T>(*mut T);
+// SAFETY: only used to hand disjoint ranges of one buffer to pool threads (`mass_histogram_par`).
+unsafe impl<T> Sync for Shared<T> {}
+
+/// [`mass_histogram`] over ranges of the vocabulary on `pool`: the ranges' masses and buckets
+/// are disjoint, their histograms are integers, so the sum is the sequential one.
+fn mass_histogram_par(
+    pool: &ThreadPool,
+    z: &[f32],
+    scale: Scale,
+    masses: &mut [u64],
+    buckets: &mut [u8],
+) -> [u128; BUCKETS] {
+    let (mp, bp) = (Shared(masses.as_mut_ptr()), Shared(buckets.as_mut_ptr()));
+    let total = std::sync::Mutex::new([0u128; BUCKETS]);
+    pool.for_ranges(z.len(), 1024, &|r| {
+        let (mp, bp) = (&mp, &bp);
+        // SAFETY: `for_ranges` hands out disjoint ranges within `z.len()`, the length of
+        // `masses` and `buckets`, which outlive the call.
+        let (m, b) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(mp.0.add(r.start), r.len()),
+                std::slice::from_raw_parts_mut(bp.0.add(r.start), r.len()),
+            )
+        };
+        let h = mass_histogram(&z[r], scale, m, b);
+        let mut t = total.lock().unwrap_or_else(|e| e.into_inner());
+        for (a, x) in t.iter_mut().zip(h) {
+            *a += x;
+        }
+    });
+    total.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `pool`, when given, runs the whole-vocabulary passes in parallel (the same result).
+pub(crate) fn top_p_full(
+    z: &[f32],
+    scale: Scale,
+    top_p: f32,
+    buckets: &mut Vec<u8>,
+    masses: &mut Vec<u64>,
+    tail: Vec<TokenId>,
+    pool: Option<&ThreadPool>,
+) -> TopPFull {
+    let n = z.len();
+    // Every entry is written by the mass pass: only a new length is filled.
+    buckets.resize(n, 0);
+    masses.resize(n, 0);
+    let hist = match pool {
+        Some(pool) if pool.threads() > 1 => mass_histogram_par(pool, z, scale, masses, buckets),
+        _ => mass_histogram(z, scale, masses, buckets),
+    };
+    let target = top_p_target(hist.iter().sum(), top_p);
     let mut before: u128 = 0;
     let mut crossing = BUCKETS - 1;
-    for (b, ((h0, h1), (h2, h3))) in hist[0]
-        .iter()
-        .zip(&hist[1])
-        .zip(hist[2].iter().zip(&hist[3]))
-        .enumerate()
-    {
-        let h = h0 + h1 + h2 + h3;
+    for (b, &h) in hist.iter().enumerate() {
         if before + h >= target {
             crossing = b;
             break;

@@ -26,6 +26,7 @@
 //! of fast path (partial selection, histograms, pruning) never changes a token.
 
 mod filter;
+mod par;
 mod penalties;
 mod philox;
 
@@ -36,7 +37,10 @@ pub use philox::{gumbel, gumbel_from_word, philox4x32_10, uniform_open01, GUMBEL
 
 use filter::{exp_nonpos, mass_q, max_value, top_k_sorted, top_p_full, top_p_prefix_len, Scale};
 use philox::{gumbel_prefix_bounds, NoiseCache};
+use std::ops::Range;
+use std::sync::Arc;
 use tf_core::TokenId;
+use tf_kernels::ThreadPool;
 
 /// A request's sampling parameters (OpenAI-compatible ranges, see [`SamplingParams::validate`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -196,11 +200,22 @@ pub struct Sampler {
     buckets: Vec<u8>,
     candidates: Vec<TokenId>,
     tail: Vec<TokenId>,
+    /// Runs the passes over the whole vocabulary in parallel (`par.rs`), if any.
+    pool: Option<Arc<ThreadPool>>,
 }
 
 impl Sampler {
     pub fn new() -> Self {
         Sampler::default()
+    }
+
+    /// A sampler whose passes over the whole vocabulary (the Gumbel-max scan, top-p's masses)
+    /// run on `pool`'s threads: the same tokens, sooner (`par.rs`).
+    pub fn with_pool(pool: Arc<ThreadPool>) -> Self {
+        Sampler {
+            pool: Some(pool),
+            ..Sampler::default()
+        }
     }
 
     /// The token at absolute `position` for this logits row (module docs: the definition).
@@ -234,6 +249,7 @@ impl Sampler {
         } else {
             None
         };
+        let pool = self.pool.as_deref().filter(|p| p.threads() > 1);
         let mut best = Best::new(seed, position, scale, min_p);
         // Rank 0 is always kept: seeding the search with it lets the bound prune early.
         best.offer(top, z[top as usize]);
@@ -263,15 +279,23 @@ impl Sampler {
                 &mut self.buckets,
                 &mut self.masses,
                 std::mem::take(&mut self.tail),
+                pool,
             );
             let buckets = &self.buckets;
-            best.scan(z, |i| buckets[i] < kept.crossing);
+            let keep = |i: usize| buckets[i] < kept.crossing;
+            match pool {
+                Some(pool) => par::scan(pool, &mut best, z, Some(&keep)),
+                None => best.scan(z, 0..z.len(), keep),
+            }
             for &id in &kept.tail {
                 best.offer(id, z[id as usize]);
             }
             self.tail = kept.tail;
         } else {
-            best.scan_all(z);
+            match pool {
+                Some(pool) => par::scan(pool, &mut best, z, None),
+                None => best.scan_all(z, 0..z.len()),
+            }
         }
         best.id
     }
@@ -304,6 +328,7 @@ fn argmax_lowest(z: &[f32]) -> (TokenId, f32) {
 const SCAN_CHUNK: usize = 4 * philox::BATCH_BLOCKS;
 
 /// The running Gumbel-max over kept candidates: best score so far, ties to the lowest id.
+#[derive(Clone)]
 struct Best {
     id: TokenId,
     score: f64,
@@ -358,14 +383,17 @@ impl Best {
         }
     }
 
-    /// Offers every token `i` with `kept(i)`, in ascending id order, skipping whole chunks whose
-    /// best logit cannot reach the current best score.
-    fn scan(&mut self, z: &[f32], kept: impl Fn(usize) -> bool) {
-        for (c, chunk) in z.chunks(SCAN_CHUNK).enumerate() {
+    /// Offers every token `i` of `range` (starting at a multiple of [`SCAN_CHUNK`]) with
+    /// `kept(i)`, in ascending id order, skipping whole chunks whose best logit cannot reach the
+    /// current best score.
+    fn scan(&mut self, z: &[f32], range: Range<usize>, kept: impl Fn(usize) -> bool) {
+        let start = range.start;
+        debug_assert!(start.is_multiple_of(SCAN_CHUNK));
+        for (c, chunk) in z[range].chunks(SCAN_CHUNK).enumerate() {
             if self.scale.x(max_value(chunk)) + GUMBEL_UPPER_BOUND < self.score {
                 continue;
             }
-            let base = c * SCAN_CHUNK;
+            let base = start + c * SCAN_CHUNK;
             for (j, &v) in chunk.iter().enumerate() {
                 if kept(base + j) {
                     self.offer((base + j) as TokenId, v);
@@ -377,12 +405,14 @@ impl Best {
     /// [`scan`](Self::scan) of every token (no truncation): a chunk that survives takes its 64
     /// Philox words in one batch ([`NoiseCache::words64`], the same words) once one of its
     /// tokens passes the first bound.
-    fn scan_all(&mut self, z: &[f32]) {
-        for (c, chunk) in z.chunks(SCAN_CHUNK).enumerate() {
+    fn scan_all(&mut self, z: &[f32], range: Range<usize>) {
+        let start = range.start;
+        debug_assert!(start.is_multiple_of(SCAN_CHUNK));
+        for (c, chunk) in z[range].chunks(SCAN_CHUNK).enumerate() {
             if self.scale.x(max_value(chunk)) + GUMBEL_UPPER_BOUND < self.score {
                 continue;
             }
-            let base = c * SCAN_CHUNK;
+            let base = start + c * SCAN_CHUNK;
             let mut words = None;
             for (j, &v) in chunk.iter().enumerate() {
                 let x = self.scale.x(v);

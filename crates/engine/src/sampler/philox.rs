@@ -166,6 +166,7 @@ pub fn gumbel(seed: u64, position: u64, token: u32) -> f64 {
 }
 
 /// [`gumbel`] with the last Philox block remembered, for scans in ascending token order.
+#[derive(Clone)]
 pub(crate) struct NoiseCache {
     key: [u32; 2],
     position: u64,

@@ -5,6 +5,8 @@ use super::philox::gumbel_prefix_bounds;
 use super::philox::NoiseCache;
 use super::*;
 use reference::{penalized_reference, sample_reference};
+use std::sync::Arc;
+use tf_kernels::ThreadPool;
 
 /// splitmix64, for test inputs only.
 struct TestRng(u64);
@@ -371,6 +373,10 @@ fn exp_nonpos_is_accurate_and_exact_at_zero() {
 fn fast_path_equals_reference() {
     let mut rng = TestRng(3);
     let mut sampler = Sampler::new();
+    // The passes over the whole vocabulary split over 2, 3 and 5 threads: the same tokens.
+    let mut pooled: Vec<Sampler> = [2, 3, 5]
+        .map(|t| Sampler::with_pool(Arc::new(ThreadPool::new(t))))
+        .into();
     let mut checked = 0;
     for case in 0..600 {
         let vocab = [1, 2, 7, 64, 300, 1000, 4099][case % 7];
@@ -397,6 +403,9 @@ fn fast_path_equals_reference() {
             let want = sample_reference(&logits, &params, seed, position, &history);
             let got = sampler.sample(&logits, &params, seed, position, &history);
             assert_eq!(got, want, "case {case} pos {pos} params {params:?}");
+            let p = &mut pooled[pos % 3];
+            let par = p.sample(&logits, &params, seed, position, &history);
+            assert_eq!(par, want, "pooled: case {case} pos {pos} params {params:?}");
             checked += 1;
         }
     }
@@ -410,6 +419,7 @@ fn fast_path_equals_reference_at_full_vocab() {
     const VOCAB: usize = 151_936;
     let mut rng = TestRng(4);
     let mut sampler = Sampler::new();
+    let mut pooled = Sampler::with_pool(Arc::new(ThreadPool::new(4)));
     for case in 0..12 {
         let mut logits: Vec<f32> = (0..VOCAB).map(|_| (rng.unit() - 0.5) * 6.0).collect();
         if case % 2 == 0 {
@@ -438,6 +448,8 @@ fn fast_path_equals_reference_at_full_vocab() {
             let want = sample_reference(&logits, &params, 77, position, &history);
             let got = sampler.sample(&logits, &params, 77, position, &history);
             assert_eq!(got, want, "case {case} params {params:?}");
+            let par = pooled.sample(&logits, &params, 77, position, &history);
+            assert_eq!(par, want, "pooled: case {case} params {params:?}");
         }
     }
 }
