@@ -21,6 +21,17 @@ pub enum Out<'a> {
     Pinned,
 }
 
+impl Out<'_> {
+    /// The same destination, for one more call.
+    pub fn reborrow(&mut self) -> Out<'_> {
+        match self {
+            Out::Logits(v) => Out::Logits(v),
+            Out::Ids(v) => Out::Ids(v),
+            Out::Pinned => Out::Pinned,
+        }
+    }
+}
+
 /// What a call needs on the device, built on the host: the embedding rows and the layout.
 pub struct HostRows {
     /// Embedding rows, `d_model` values each.

@@ -168,6 +168,16 @@ impl CudaRunner {
         self.graphs.clear();
     }
 
+    /// Runs `rows` in calls of at most `cap` rows, appending each call's output to `out`.
+    fn run_parts(&mut self, rows: &[Row], mut out: Out) -> std::result::Result<(), EngineError> {
+        for part in rows.chunks(self.s.cap) {
+            let host = self.prepare(part)?;
+            self.run(part.len(), &host, out.reborrow())
+                .map_err(backend)?;
+        }
+        Ok(())
+    }
+
     /// Cache index (block id * BLOCK_SIZE + offset) of `slot` in a sequence with `table`.
     fn cache_index(&self, table: &[BlockId], slot: usize) -> std::result::Result<i32, EngineError> {
         layout::cache_index(table, slot, self.blocks)
@@ -199,12 +209,7 @@ impl Runner for CudaRunner {
         out: &mut Vec<f32>,
     ) -> std::result::Result<(), EngineError> {
         out.clear();
-        for part in rows.chunks(self.s.cap) {
-            let host = self.prepare(part)?;
-            self.run(part.len(), &host, Out::Logits(out))
-                .map_err(backend)?;
-        }
-        Ok(())
+        self.run_parts(rows, Out::Logits(out))
     }
     fn forward_logits<'a>(
         &'a mut self,
@@ -232,12 +237,7 @@ impl Runner for CudaRunner {
         ids: &mut Vec<TokenId>,
     ) -> std::result::Result<(), EngineError> {
         ids.clear();
-        for part in rows.chunks(self.s.cap) {
-            let host = self.prepare(part)?;
-            self.run(part.len(), &host, Out::Ids(ids))
-                .map_err(backend)?;
-        }
-        Ok(())
+        self.run_parts(rows, Out::Ids(ids))
     }
     fn copy_slots(&mut self, table: &[BlockId], moves: &[(usize, usize)]) {
         let mut pairs = Vec::with_capacity(2 * moves.len());
