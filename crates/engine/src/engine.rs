@@ -4,13 +4,7 @@
 
 use crate::blocks::{chain_hashes, BlockHash, BlockPool, CacheStats};
 use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
-use tf_kernels::attention::KeyRemap;
-use tf_kernels::kv::BLOCK_SIZE;
-use tf_models::TreeRow;
-
-/// Nodes per extra tree branch.
-const TREE_BRANCH_LEN: usize = 2;
-use crate::draw::{accept, Drawn, RoundOut, Verdict};
+use crate::draw::RoundOut;
 use crate::error::EngineError;
 use crate::proposer::{copy_source, Copies, Proposer, SeqView};
 use crate::request::{Event, FinishReason, Request};
@@ -21,7 +15,15 @@ use crate::spill::{SpillStats, SpillStore};
 use std::collections::VecDeque;
 use std::time::Instant;
 use tf_core::{SeqId, TokenId};
+use tf_kernels::attention::KeyRemap;
+use tf_kernels::kv::BLOCK_SIZE;
+use tf_models::TreeRow;
 use tokio::sync::mpsc::UnboundedSender;
+
+mod commit;
+
+/// Nodes per extra tree branch.
+const TREE_BRANCH_LEN: usize = 2;
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -635,105 +637,6 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
 }
 
 impl Engine {
-    /// Draw and accept every planned window (verdicts in plan order, `None` for plans without
-    /// a window).
-    fn accept_all(
-        sampler: &mut Sampler,
-        running: &[Seq],
-        plans: &[Plan],
-        drawn: Drawn,
-    ) -> Vec<Option<Verdict>> {
-        let mut at = 0;
-        plans
-            .iter()
-            .map(|p| {
-                if !p.window {
-                    return None;
-                }
-                let v = accept(drawn, sampler, &running[p.seq], p, at);
-                at += p.rows();
-                Some(v)
-            })
-            .collect()
-    }
-
-    /// Commit and emit every planned window's verdict.
-    fn commit(&mut self, plans: &[Plan], verdicts: Vec<Option<Verdict>>) {
-        let now = Instant::now();
-        for (p, verdict) in plans.iter().zip(verdicts) {
-            let decoding = self.running[p.seq].decoding();
-            let s = &mut self.running[p.seq];
-            if !p.catch_up.is_empty() {
-                s.kv_len = p.catch_up.end;
-            }
-            let Some(Verdict {
-                emitted,
-                accepted,
-                via_branch,
-            }) = verdict
-            else {
-                continue;
-            };
-            let len = s.tokens.len();
-            let k = p.drafts.len();
-            let tree_nodes: usize = p.branches.iter().map(Vec::len).sum();
-            // Accepted rows of an extra branch move from their slots to their positions.
-            if let Some(b) = via_branch {
-                let moves: Vec<(usize, usize)> = (0..accepted)
-                    .map(|i| (p.branch_slots[b][i], len + i))
-                    .collect();
-                self.runner.copy_slots(&s.table, &moves);
-            }
-            // The window's rows hold committed tokens up to the last accepted guess.
-            s.kv_len = len + accepted;
-            let mut kept = Vec::with_capacity(emitted.len());
-            for t in emitted {
-                s.tokens.push(t);
-                kept.push(t);
-                if !s.req.ignore_eos && s.req.stop_tokens.contains(&t) {
-                    s.finished = Some(FinishReason::Stop);
-                    break;
-                }
-                if s.generated().len() >= s.req.max_tokens {
-                    s.finished = Some(FinishReason::Length);
-                    break;
-                }
-            }
-            let chain_accepted = if via_branch.is_none() { accepted } else { 0 };
-            if decoding {
-                s.rounds += 1;
-                s.min_rows = s.min_rows.min(k + tree_nodes + 1);
-                s.drafted += k + tree_nodes;
-                s.accepted += accepted;
-                for i in 0..k.min(MAX_DRAFT) {
-                    s.at_drafted[i] += 1;
-                    s.at_accepted[i] += usize::from(i < chain_accepted);
-                }
-            }
-            if s.first_token.is_none() {
-                s.first_token = Some(now);
-            }
-            s.last_token = Some(now);
-            if s.events.send(Event::Tokens(kept)).is_err() {
-                s.finished = Some(FinishReason::Cancelled);
-            }
-            let committed = s.tokens.len();
-            let id = s.id;
-            if let Some(src) = p.source {
-                let name = self.source_name(src);
-                self.running[p.seq].count_source(name, k, chain_accepted);
-                self.cost.observe_accept(name, k, chain_accepted);
-            }
-            if tree_nodes > 0 {
-                let tree_accepted = if via_branch.is_some() { accepted } else { 0 };
-                self.running[p.seq].count_source("copies-tree", tree_nodes, tree_accepted);
-            }
-            for m in &mut self.models {
-                m.commit(id, committed);
-            }
-        }
-    }
-
     /// Offers every newly committed full block to the prefix cache, so that later (and
     /// concurrent) requests with the same prefix reuse it.
     fn index_blocks(&mut self) {
