@@ -76,25 +76,47 @@ pub fn attention(
     if group > MAX_GROUP {
         return attention_reference(pool, level, shape, q, rows, kv, out);
     }
-    let qd = shape.n_heads * shape.head_dim;
-    assert_eq!(q.len(), rows.len() * qd);
-    assert_eq!(out.len(), rows.len() * qd);
     #[cfg(target_arch = "x86_64")]
     if level >= SimdLevel::Avx512Vnni && avx512::supports(shape.head_dim) {
         return attention_avx512(pool, shape, q, rows, kv, out);
     }
+    head_jobs(pool, level, shape, q, rows, kv, out, group);
+}
+
+/// The row width of `shape`, checked against the query and output buffers of `rows`.
+fn row_width(shape: &AttnShape, q: &[f32], rows: &[RowKeys], out: &[f32]) -> usize {
+    let qd = shape.n_heads * shape.head_dim;
+    assert_eq!(q.len(), rows.len() * qd);
+    assert_eq!(out.len(), rows.len() * qd);
+    qd
+}
+
+/// Jobs of (row, `per` consecutive query heads of one KV head): `per` = the group (each key and
+/// value row loaded once for the group) or 1 ([`attention_reference`]).
+#[allow(clippy::too_many_arguments)]
+fn head_jobs(
+    pool: &ThreadPool,
+    level: SimdLevel,
+    shape: &AttnShape,
+    q: &[f32],
+    rows: &[RowKeys],
+    kv: KvLayer,
+    out: &mut [f32],
+    per: usize,
+) {
+    let qd = row_width(shape, q, rows, out);
+    let (hd, group) = (shape.head_dim, shape.n_heads / shape.n_kv_heads);
+    let per_row = shape.n_heads / per;
     let dst = SharedOut(out.as_mut_ptr());
-    let jobs = rows.len() * shape.n_kv_heads;
-    pool.for_ranges(jobs, 1, &|range| {
-        let mut o = vec![0f32; group * shape.head_dim];
+    pool.for_ranges(rows.len() * per_row, 1, &|range| {
+        let mut o = vec![0f32; per * hd];
         for job in range {
-            let (r, kvh) = (job / shape.n_kv_heads, job % shape.n_kv_heads);
-            let h0 = kvh * group;
-            let qg = &q[r * qd + h0 * shape.head_dim..r * qd + (h0 + group) * shape.head_dim];
-            group_heads(level, shape, qg, kvh, &rows[r], &kv, &mut o);
+            let (r, h0) = (job / per_row, job % per_row * per);
+            let qg = &q[r * qd + h0 * hd..r * qd + (h0 + per) * hd];
+            group_heads(level, shape, qg, h0 / group, &rows[r], &kv, &mut o);
             for (d, v) in o.iter().enumerate() {
-                // SAFETY: each (row, KV head) job writes its own heads' slice of `out`.
-                unsafe { dst.write(r * qd + h0 * shape.head_dim + d, *v) };
+                // SAFETY: each job writes its own heads' slice of `out`.
+                unsafe { dst.write(r * qd + h0 * hd + d, *v) };
             }
         }
     });
@@ -111,9 +133,9 @@ fn attention_avx512(
     kv: KvLayer,
     out: &mut [f32],
 ) {
+    let qd = row_width(shape, q, rows, out);
     let (hd, kvn) = (shape.head_dim, shape.n_kv_heads);
     let group = shape.n_heads / kvn;
-    let qd = shape.n_heads * hd;
     let groups = row_groups(rows, avx512::ROW_GROUP);
     let dst = SharedOut(out.as_mut_ptr());
     pool.for_ranges(groups.len() * kvn, 1, &|range| {
@@ -170,24 +192,7 @@ pub fn attention_reference(
     kv: KvLayer,
     out: &mut [f32],
 ) {
-    let qd = shape.n_heads * shape.head_dim;
-    assert_eq!(q.len(), rows.len() * qd);
-    assert_eq!(out.len(), rows.len() * qd);
-    let dst = SharedOut(out.as_mut_ptr());
-    let jobs = rows.len() * shape.n_heads;
-    pool.for_ranges(jobs, 1, &|range| {
-        let mut o = vec![0f32; shape.head_dim];
-        for job in range {
-            let (r, h) = (job / shape.n_heads, job % shape.n_heads);
-            let qh = &q[r * qd + h * shape.head_dim..r * qd + (h + 1) * shape.head_dim];
-            let kvh = h / (shape.n_heads / shape.n_kv_heads);
-            group_heads(level, shape, qh, kvh, &rows[r], &kv, &mut o);
-            for (d, v) in o.iter().enumerate() {
-                // SAFETY: each (row, head) job writes its own slice of `out`.
-                unsafe { dst.write(r * qd + h * shape.head_dim + d, *v) };
-            }
-        }
-    });
+    head_jobs(pool, level, shape, q, rows, kv, out, 1);
 }
 
 fn group_heads(
