@@ -3,9 +3,8 @@
 //! Prefill (`ppN`): N deterministic pseudo-random token ids through the model in chunks of
 //! [`PP_CHUNK_ROWS`] rows, logits of the last row only. Decode (`tgN`): after a short prompt, N
 //! tokens one row per forward, each the greedy token of the previous row (taken where the logits
-//! are, as for a greedy request). Every test runs once
-//! to warm up (page faults of the mmapped weights, worker wake-up), then `--reps` times; the
-//! table shows the median.
+//! are, as for a greedy request). Every test runs once to warm up (page faults of the mmapped
+//! weights, worker wake-up), then `--reps` times; the table shows the median.
 //!
 //! The default mode measures the engine cells in-process (`cells.rs`); `--url` measures the same
 //! cells on an OpenAI-compatible server over HTTP (`bench/url.rs`).

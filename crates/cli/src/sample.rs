@@ -7,6 +7,7 @@
 //! reproducibility for a given `--seed` within one run of the CLI.
 
 use tf_core::TokenId;
+use tf_engine::greedy_token;
 
 /// User-facing sampling parameters, validated by [`SamplingParams::validate`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -90,7 +91,7 @@ impl Sampler {
     /// Picks the next token from one row of logits (one value per vocabulary id).
     pub fn sample(&mut self, logits: &[f32]) -> TokenId {
         if self.params.temperature == 0.0 || self.params.top_k == Some(1) {
-            return argmax(logits);
+            return greedy_token(logits);
         }
         let candidates = candidates(logits, self.params.top_k);
         let probs = truncated_probs(&candidates, self.params.temperature, self.params.top_p);
@@ -114,20 +115,6 @@ fn key(v: f32) -> f32 {
     } else {
         v
     }
-}
-
-/// The id of the largest logit; the lowest id among equal maxima.
-pub fn argmax(logits: &[f32]) -> TokenId {
-    let mut best = 0usize;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        let v = key(v);
-        if v > best_v {
-            best = i;
-            best_v = v;
-        }
-    }
-    best as TokenId
 }
 
 /// Comparison for the canonical candidate order: logit descending, then id ascending.
@@ -204,11 +191,11 @@ mod tests {
 
     #[test]
     fn greedy_tie_takes_lowest_id() {
-        assert_eq!(argmax(&logits()), 1);
+        assert_eq!(greedy_token(&logits()), 1);
         let mut s = Sampler::new(SamplingParams::default(), 0);
         assert_eq!(s.sample(&logits()), 1);
-        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
-        assert_eq!(argmax(&[f32::NEG_INFINITY, 3.0, 3.0]), 1);
+        assert_eq!(greedy_token(&[f32::NAN, f32::NAN]), 0);
+        assert_eq!(greedy_token(&[f32::NEG_INFINITY, 3.0, 3.0]), 1);
     }
 
     #[test]
@@ -222,7 +209,7 @@ mod tests {
         for _ in 0..50 {
             assert_eq!(s.sample(&logits()), 1);
         }
-        // The candidate path agrees with argmax too.
+        // The candidate path agrees with the greedy token too.
         let c = candidates(&logits(), Some(1));
         assert_eq!(c, vec![(1, 2.0)]);
     }
