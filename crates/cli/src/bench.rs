@@ -195,8 +195,8 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     if !args.raw {
         return crate::cells::run(args, global);
     }
-    if args.pp == 0 && args.tg == 0 {
-        bail!("nothing to measure: --pp and --tg are both 0");
+    if args.pp == 0 && args.tg == 0 && args.verify.is_empty() {
+        bail!("nothing to measure: --pp and --tg are both 0 and no --verify");
     }
     let spec = load::spec_or_default(args.model.as_deref());
     let path = load::resolve(spec, global)?;

@@ -210,11 +210,11 @@ pub fn run(
                     if split && m > 64 || form == "few" && !split {
                         continue;
                     }
-                    let jobs = gpu.attention_tiles(&dims).unwrap_or(m) * kvh;
+                    let splits = gpu.attention_splits(&dims, max_chunks);
                     let mut launch = || -> Result<()> {
-                        let sp = split.then(|| AttnSplit {
+                        let sp = split.then_some(AttnSplit {
                             max_chunks,
-                            splits: (264 / jobs).clamp(1, max_chunks),
+                            splits,
                             part_ml: &mut part_ml,
                             part_o: &mut part_o,
                         });
@@ -242,7 +242,7 @@ pub fn run(
                         let mut act = gpu.act_buffer(block, m, qd)?;
                         let sp = AttnSplit {
                             max_chunks,
-                            splits: (264 / jobs).clamp(1, max_chunks),
+                            splits,
                             part_ml: &mut part_ml,
                             part_o: &mut part_o,
                         };

@@ -108,7 +108,7 @@ __device__ __forceinline__ void tile_dots(const TileSmem<HD>& sm, int qg, int kg
     tile_add(d, d, b0);    // d = c0 + c1
 }
 
-template <int HD>
+template <int HD, bool SPLIT>
 __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
                                           const float* __restrict__ kc,
                                           const float* __restrict__ vc, const int* meta,
@@ -132,7 +132,7 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
     if (nr <= 0) return;
     const int nq = nr * G;
     const int qd = n_heads * HD, kv_dim = n_kv_heads * HD;
-    const bool split = part_o != nullptr;
+    constexpr bool split = SPLIT;
     const int c_first = split ? (int)blockIdx.z : 0, c_step = split ? (int)gridDim.z : 1;
     const int kg = t & 7, qg = t >> 3;      // scores: keys kg + 8u, heads qg + 16v
     const int dg = t % DG, qs = t / DG;     // values: dims 4dg..4dg+3, heads qs + QS*v
@@ -283,7 +283,7 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
                 for (int x = 0; x < 4; x++) oc[v][x] = 0.0f;
             }
             if (sm.full && npt == KEY_CHUNK) {
-#pragma unroll 2
+#pragma unroll(SPLIT ? 1 : 2)
                 for (int p0 = 0; p0 < KEY_CHUNK; p0 += 4) {
                     float4 vv[4];
 #pragma unroll
@@ -364,14 +364,20 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
     }
 }
 
-#define ATTN_TILE_KERNEL(name, hd)                                                             \
-    extern "C" __global__ void __launch_bounds__(TILE_THREADS)                                 \
+// The one-pass form (prefill) and the split form (`part_o`, rows of decode and verify rounds)
+// are separate kernels: the split form holds no running output, so it needs fewer registers
+// and fits TILE_SPLIT_BLOCKS blocks per multiprocessor.
+#define TILE_SPLIT_BLOCKS 3
+#define ATTN_TILE_KERNEL(name, hd, split, blocks)                                              \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS, blocks)                         \
         name(const float* q, const float* kc, const float* vc, const int* meta,                \
              const int* tables, const int* remaps, int rows, int n_heads, int n_kv_heads,      \
              float scale, float* out, int max_chunks, float* part_ml, float* part_o) { pdl_enter(); \
-        attn_tile<hd>(q, kc, vc, meta, tables, remaps, rows, n_heads, n_kv_heads, scale, out,  \
-                      max_chunks, part_ml, part_o);                                            \
+        attn_tile<hd, split>(q, kc, vc, meta, tables, remaps, rows, n_heads, n_kv_heads,      \
+                             scale, out, max_chunks, part_ml, part_o);                         \
     }
 
-ATTN_TILE_KERNEL(attention_tile_128, 128)
-ATTN_TILE_KERNEL(attention_tile_64, 64)
+ATTN_TILE_KERNEL(attention_tile_128, 128, false, 1)
+ATTN_TILE_KERNEL(attention_tile_64, 64, false, 1)
+ATTN_TILE_KERNEL(attention_tile_split_128, 128, true, TILE_SPLIT_BLOCKS)
+ATTN_TILE_KERNEL(attention_tile_split_64, 64, true, TILE_SPLIT_BLOCKS)

@@ -64,6 +64,8 @@ pub struct Gpu {
     pub cc: (i32, i32),
     /// Shared memory one block may ask for (bytes, with the opt-in attribute).
     pub smem_optin: usize,
+    /// Streaming multiprocessors.
+    pub sms: usize,
     pub program: ProgramInfo,
     /// The quantized matmul kernel form (`TENSORFOLD_CUDA_MATMUL`).
     pub matmul_form: ops::MatmulForm,
@@ -138,6 +140,9 @@ impl Gpu {
         let smem_optin = ctx.attribute(
             cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )? as usize;
+        let sms = ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )? as usize;
         let src = compile::program_source();
         let compiled = guarded("libnvrtc", || compile::cubin(&src, &name, cc, cache_dir))?;
         let program = ProgramInfo {
@@ -159,6 +164,7 @@ impl Gpu {
             name,
             cc,
             smem_optin,
+            sms,
             program,
             matmul_form: ops::MatmulForm::from_env(),
             mma: !std::env::var("TENSORFOLD_CUDA_MMA").is_ok_and(|v| v == "0"),

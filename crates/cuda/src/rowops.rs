@@ -19,6 +19,10 @@ pub const MAX_GROUP_VALUES: usize = 2048;
 /// (`attention_tile.cu`).
 const TILE_QH: usize = 32;
 const TILE_THREADS: u32 = 128;
+/// Blocks of the tiled kernel's split form one multiprocessor holds (`TILE_SPLIT_BLOCKS`), and
+/// of the other split forms (their register use).
+const TILE_SPLIT_BLOCKS: usize = 3;
+const SPLIT_BLOCKS: usize = 2;
 /// Threads per block of `argmax_rows` (`ARGMAX_THREADS`).
 const ARGMAX_THREADS: u32 = 512;
 /// Threads per block of `attention_few.cu` (`FEW_THREADS`).
@@ -104,6 +108,20 @@ impl Gpu {
             .then(|| dims.rows.div_ceil(TILE_QH / g))
     }
 
+    /// Blocks per (tile or row, KV head) for the split form of this call: enough to fill every
+    /// multiprocessor with the blocks of the kernel the call takes (counted per tile of rows),
+    /// at most one per chunk.
+    pub fn attention_splits(&self, dims: &AttnDims, max_chunks: usize) -> usize {
+        let few = dims.rows <= self.att_few && matches!(dims.head_dim, 64 | 128);
+        let tiles = self.attention_tiles(dims);
+        let per_sm = match tiles {
+            Some(_) if !few => TILE_SPLIT_BLOCKS,
+            _ => SPLIT_BLOCKS,
+        };
+        let jobs = tiles.unwrap_or(dims.rows) * dims.n_kv_heads;
+        (self.sms * per_sm / jobs.max(1)).clamp(1, max_chunks.max(1))
+    }
+
     /// Attention of `dims.rows` query rows over one layer's paged cache (`keys`), in the
     /// canonical key-chunk order of `tf_kernels::attention`. With `split`,
     /// the same bits for few rows: `splits` blocks per (row, KV head) compute one chunk each in
@@ -169,10 +187,11 @@ impl Gpu {
             // read and every row has at most `max_chunks` chunks (checked by the caller).
             unsafe { l.launch(cfg) }?;
         } else if let Some(tiles) = self.attention_tiles(&dims) {
-            let f = self.function(if head_dim == 128 {
-                "attention_tile_128"
-            } else {
-                "attention_tile_64"
+            let f = self.function(match (split.is_some(), head_dim == 128) {
+                (false, true) => "attention_tile_128",
+                (false, false) => "attention_tile_64",
+                (true, true) => "attention_tile_split_128",
+                (true, false) => "attention_tile_split_64",
             })?;
             let smem = tile_smem(head_dim);
             f.set_attribute(

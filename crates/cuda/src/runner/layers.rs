@@ -143,12 +143,9 @@ impl CudaRunner {
                 remaps: &s.remaps,
                 fresh: &s.slot,
             };
-            // For few rows, about two blocks per multiprocessor over all (tile or row, KV head)
-            // pairs.
-            let jobs = gpu.attention_tiles(&dims).unwrap_or(m) * cfg.n_kv_heads;
             let split = (m <= SPLIT_ROWS && self.split_ok).then(|| AttnSplit {
                 max_chunks: s.max_chunks,
-                splits: (264 / jobs).clamp(1, s.max_chunks),
+                splits: gpu.attention_splits(&dims, s.max_chunks),
                 part_ml: &mut s.part_ml,
                 part_o: &mut s.part_o,
             });
