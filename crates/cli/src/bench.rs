@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use tf_core::{BlockId, TokenId};
-use tf_engine::{greedy_token, Runner};
+use tf_engine::{greedy_token, NoiseKey, Pick, Runner, Sampler, SamplingParams};
 use tf_kernels::kv::BLOCK_SIZE;
 use tf_models::Row;
 
@@ -84,6 +84,12 @@ pub struct BenchArgs {
     /// Context before the timed verify rounds.
     #[arg(long, default_value_t = 512, requires = "raw")]
     pub verify_context: usize,
+    /// With --raw: decode steps draw plain temperature samples at this temperature (as a
+    /// request with only `temperature` set) instead of greedy tokens. On a GPU the draw is
+    /// decided from a shortlist found on the device (`TENSORFOLD_CUDA_PICKS=0`: the logits come
+    /// back and the host samples them).
+    #[arg(long, requires = "raw")]
+    pub temperature: Option<f32>,
 }
 
 /// One benchmark's measurements, in tokens per second.
@@ -102,6 +108,9 @@ struct Bench {
     runner: Box<dyn Runner>,
     table: Vec<BlockId>,
     ids: Vec<TokenId>,
+    /// Decode draws plain samples at this temperature with this sampler (else greedy tokens).
+    temperature: Option<f32>,
+    sampler: Sampler,
 }
 
 impl Bench {
@@ -139,25 +148,52 @@ impl Bench {
     fn decode(&mut self, tg: usize) -> Result<f64> {
         let mut logits = self.forward_range(0, TG_PROMPT_TOKENS)?;
         let mut ids = vec![greedy_token(&logits)];
+        let mut picks = Vec::new();
         let start = Instant::now();
         for i in 0..tg {
+            let pos = TG_PROMPT_TOKENS + i;
             let row = Row {
                 token: ids[0],
-                pos: TG_PROMPT_TOKENS + i,
+                pos,
                 table: &self.table,
                 logits: true,
                 tree: None,
             };
-            self.runner
-                .forward_greedy(std::slice::from_ref(&row), &mut logits, &mut ids)?;
+            let rows = std::slice::from_ref(&row);
+            let Some(temperature) = self.temperature else {
+                self.runner.forward_greedy(rows, &mut logits, &mut ids)?;
+                continue;
+            };
+            // A plain draw as the engine takes it: picks where the runner has them.
+            let key = NoiseKey {
+                seed: BENCH_SEED,
+                position: pos as u64 + 1,
+                temperature,
+            };
+            let params = SamplingParams {
+                temperature,
+                ..SamplingParams::default()
+            };
+            let draw = |sampler: &mut Sampler, l: &[f32]| {
+                sampler.sample(l, &params, key.seed, key.position, &[])
+            };
+            ids[0] = if self.runner.forward_picks(rows, &[key], &mut picks)? {
+                match &picks[0] {
+                    Pick::Token(_, t) => *t,
+                    Pick::Logits(l) => draw(&mut self.sampler, l),
+                }
+            } else {
+                let l = self.runner.forward_logits(rows, &mut logits)?;
+                draw(&mut self.sampler, l)
+            };
         }
         Ok(tg as f64 / start.elapsed().as_secs_f64())
     }
 
-    /// Seconds of one forward of `k` rows (all with logits, or their greedy ids when `greedy`)
-    /// at positions `ctx..ctx + k`, the best of `reps` (the context is prefilled once by the
-    /// caller).
-    fn verify(&mut self, ctx: usize, k: usize, reps: u32, greedy: bool) -> Result<f64> {
+    /// Seconds of one forward of `k` rows, all with logits, at positions `ctx..ctx + k`, taken
+    /// as `take` says, the best of `reps` (the context is prefilled once by the caller); `None`
+    /// if the runner has no picks path.
+    fn verify(&mut self, ctx: usize, k: usize, reps: u32, take: Take) -> Result<Option<f64>> {
         let rows: Vec<Row> = (ctx..ctx + k)
             .map(|p| Row {
                 token: self.ids[p % self.ids.len()],
@@ -167,20 +203,44 @@ impl Bench {
                 tree: None,
             })
             .collect();
+        let keys: Vec<NoiseKey> = rows
+            .iter()
+            .map(|r| NoiseKey {
+                seed: BENCH_SEED,
+                position: r.pos as u64 + 1,
+                temperature: 1.0,
+            })
+            .collect();
         let mut best = f64::MAX;
-        let (mut logits, mut ids) = (Vec::new(), Vec::new());
+        let (mut logits, mut ids, mut picks) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..=reps {
             let start = Instant::now();
-            if greedy {
-                self.runner.forward_greedy(&rows, &mut logits, &mut ids)?;
-            } else {
+            match take {
+                Take::Ids => self.runner.forward_greedy(&rows, &mut logits, &mut ids)?,
                 // Where the engine's sampled rounds read them (on a GPU, the download buffer).
-                self.runner.forward_logits(&rows, &mut logits)?;
+                Take::Logits => {
+                    self.runner.forward_logits(&rows, &mut logits)?;
+                }
+                Take::Picks => {
+                    if !self.runner.forward_picks(&rows, &keys, &mut picks)? {
+                        return Ok(None);
+                    }
+                }
             }
             best = best.min(start.elapsed().as_secs_f64());
         }
-        Ok(best)
+        Ok(Some(best))
     }
+}
+
+/// How a verify round's rows come back: every row's logits (sampled requests), each row's
+/// greedy id (greedy requests), or each row's plain temperature draw decided from a device
+/// shortlist (requests with only a temperature; GPU runners).
+#[derive(Clone, Copy)]
+enum Take {
+    Logits,
+    Ids,
+    Picks,
 }
 
 fn measure(reps: u32, mut f: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
@@ -217,10 +277,17 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
         .map(|_| (rng.next_u64() % cfg.vocab as u64) as TokenId)
         .collect();
     let runner = backend.runner(&model, &pool, blocks * BLOCK_SIZE, positions, PP_CHUNK_ROWS)?;
+    if let Some(t) = args.temperature {
+        if !(t > 0.0 && t <= 2.0) {
+            bail!("--temperature must be in (0, 2], got {t}");
+        }
+    }
     let mut bench = Bench {
         runner,
         table: (0..blocks as BlockId).collect(),
         ids,
+        temperature: args.temperature,
+        sampler: Sampler::with_pool(pool.clone()),
     };
     let threads = if backend.is_gpu() {
         backend.name()
@@ -256,7 +323,10 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
         let runs = measure(args.reps, || bench.decode(args.tg))?;
         eprintln!("tg{}: {}", args.tg, fmt_runs(&runs));
         results.push(Measured {
-            test: format!("tg{}", args.tg),
+            test: match args.temperature {
+                Some(t) => format!("tg{} T={t}", args.tg),
+                None => format!("tg{}", args.tg),
+            },
             runs,
         });
     }
@@ -303,30 +373,38 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
 fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
     let ctx = args.verify_context;
     bench.forward_range(0, ctx)?;
-    let one = bench.verify(ctx, 1, args.reps, false)?;
-    let one_ids = bench.verify(ctx, 1, args.reps, true)?;
+    let takes = [Take::Logits, Take::Ids, Take::Picks];
+    let mut one = [None; 3];
+    for (o, take) in one.iter_mut().zip(takes) {
+        *o = bench.verify(ctx, 1, args.reps, take)?;
+    }
     println!();
     let mut rows = Vec::new();
     for &k in &args.verify {
-        let (t, g) = if k == 1 {
-            (one, one_ids)
-        } else {
-            (
-                bench.verify(ctx, k, args.reps, false)?,
-                bench.verify(ctx, k, args.reps, true)?,
-            )
-        };
-        rows.push([
-            k.to_string(),
-            format!("{:.3}", t * 1e3),
-            format!("{:.2}", t / one),
-            format!("{:.1}", k as f64 / t),
-            format!("{:.3}", g * 1e3),
-            format!("{:.2}", g / one_ids),
-        ]);
+        let mut cells = vec![k.to_string()];
+        for (i, take) in takes.into_iter().enumerate() {
+            let t = if k == 1 {
+                one[i]
+            } else {
+                bench.verify(ctx, k, args.reps, take)?
+            };
+            match (t, one[i]) {
+                (Some(t), Some(o)) => {
+                    cells.push(format!("{:.3}", t * 1e3));
+                    cells.push(format!("{:.2}", t / o));
+                    if i == 0 {
+                        cells.push(format!("{:.1}", k as f64 / t));
+                    }
+                }
+                _ => cells.extend(vec!["-".to_string(); if i == 0 { 3 } else { 2 }]),
+            }
+        }
+        rows.push(<[String; 8]>::try_from(cells).expect("eight cells a row"));
     }
     // Logits: every row's vocabulary of floats comes back (sampled requests); greedy ids: only
-    // each row's greedy token (greedy requests, `Runner::forward_greedy`).
+    // each row's greedy token (greedy requests, `Runner::forward_greedy`); picks: each row's
+    // temperature-1 draw, decided on the host from a shortlist found where the logits are
+    // (`Runner::forward_picks`; "-" where the runner has none).
     print_table(
         &[
             "rows",
@@ -335,6 +413,8 @@ fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
             "rows/s",
             "ms, greedy ids",
             "x 1 row, ids",
+            "ms, picks",
+            "x 1 row, picks",
         ],
         &rows,
     );

@@ -16,8 +16,8 @@ use tf_cuda::{CudaRunner, Gpu};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
 use tf_engine::{
-    greedy_token, Engine, EngineConfig, Event, ModelRunner, Receipt, Request, Runner,
-    SamplingParams,
+    greedy_token, Engine, EngineConfig, Event, ModelRunner, NoiseKey, Pick, Receipt, Request,
+    Runner, Sampler, SamplingParams,
 };
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
@@ -211,7 +211,66 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
             view.check(bits_equal(a, b), || format!("row {r} of every {pick}"));
         }
     }
-    Ok(vec![prefill, decode, chunks, batch, greedy, view])
+    let plain = plain_checks(&mut dev, &prompt, &t4, &mixed, &want, &out, vocab)?;
+    Ok(vec![prefill, decode, chunks, batch, greedy, view, plain])
+}
+
+/// Plain temperature draws decided from device shortlists (`forward_picks`) against the
+/// sampler's draws from the same logits: every prompt row (calls of 64 logit rows) and the
+/// mixed rows (a replayed graph), at temperatures 0.05 to 2 with their own seeds.
+fn plain_checks(
+    dev: &mut CudaRunner,
+    prompt: &[TokenId],
+    t4: &[BlockId],
+    mixed: &[Row],
+    want: &[f32],
+    out: &[f32],
+    vocab: usize,
+) -> Result<Tally> {
+    let mut tally = Tally::new("GPU plain draws == the sampler's draws (rows)");
+    let mut sampler = Sampler::new();
+    let n = want.len() / vocab;
+    let key = |i: usize, position: usize| NoiseKey {
+        seed: 1000 + 7 * i as u64,
+        position: position as u64 + 1,
+        temperature: [0.05, 0.7, 1.0, 2.0][i % 4],
+    };
+    let prefill = rows(prompt, 0, n, t4, true);
+    let mut fallbacks = 0;
+    for (call, logits) in [(&prefill[..], want), (mixed, out)] {
+        let keys: Vec<NoiseKey> = call
+            .iter()
+            .enumerate()
+            .map(|(i, r)| key(i, r.pos))
+            .collect();
+        let mut picks = Vec::new();
+        if !dev.forward_picks(call, &keys, &mut picks)? {
+            tally.check(false, || "forward_picks is off".into());
+            break;
+        }
+        tally.check(picks.len() == keys.len(), || {
+            format!("{} picks for {} rows", picks.len(), keys.len())
+        });
+        for (i, (pick, k)) in picks.iter().zip(&keys).enumerate() {
+            let row = &logits[i * vocab..(i + 1) * vocab];
+            let params = SamplingParams {
+                temperature: k.temperature,
+                ..SamplingParams::default()
+            };
+            let w = sampler.sample(row, &params, k.seed, k.position, &[]);
+            match pick {
+                Pick::Token(got_key, t) => tally.check(got_key == k && *t == w, || {
+                    format!("row {i} at T {}: GPU {t}, sampler {w}", k.temperature)
+                }),
+                Pick::Logits(l) => {
+                    fallbacks += 1;
+                    tally.check(bits_equal(l, row), || format!("row {i}: fallback logits"))
+                }
+            }
+        }
+    }
+    tally.note = format!("{fallbacks} rows fell back to their logits");
+    Ok(tally)
 }
 
 /// Which runner an engine of the check uses.
@@ -291,25 +350,41 @@ fn run_all(e: &mut Engine, reqs: &[Request]) -> Result<Vec<Receipt>> {
     Ok((0..reqs.len()).map(|i| done.remove(&i).unwrap()).collect())
 }
 
-fn request(seed: u64, sampled: bool, vocab: usize, prompt_len: usize, max: usize) -> Request {
+/// Request `seed` of a kind: 0 greedy, 1 sampled with top-k and top-p, 2 sampled at plain
+/// temperature (on the GPU, drawn from device shortlists).
+fn request(seed: u64, kind: u64, vocab: usize, prompt_len: usize, max: usize) -> Request {
     let mut r = Request::new(ids(seed, prompt_len, vocab), max);
     r.ignore_eos = true;
-    if sampled {
-        r.params = SamplingParams {
+    r.params = match kind {
+        0 => SamplingParams::greedy(),
+        1 => SamplingParams {
             temperature: 0.8,
             top_k: 40,
             top_p: 0.95,
             seed: Some(seed * 31 + 7),
             ..SamplingParams::greedy()
-        };
-    }
+        },
+        _ => SamplingParams {
+            temperature: 1.0,
+            seed: Some(seed * 31 + 7),
+            ..SamplingParams::default()
+        },
+    };
     r
 }
 
 fn engine_checks(s: &Setup) -> Result<Vec<Tally>> {
     let vocab = s.model.config.vocab;
     let reqs: Vec<Request> = (0..8u64)
-        .map(|i| request(100 + i, i % 2 == 1, vocab, 40 + 23 * i as usize, 48))
+        .map(|i| {
+            request(
+                100 + i,
+                [0, 1, 0, 2][i as usize % 4],
+                vocab,
+                40 + 23 * i as usize,
+                48,
+            )
+        })
         .collect();
     let serial_cfg = EngineConfig {
         drafts: false,

@@ -38,6 +38,7 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../kernels/attention_few.cu"),
     ),
     ("rows.cu", include_str!("../kernels/rows.cu")),
+    ("sample.cu", include_str!("../kernels/sample.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),
 ];
 

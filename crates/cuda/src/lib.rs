@@ -15,6 +15,7 @@ pub mod mma;
 pub mod ops;
 pub mod rowops;
 pub mod runner;
+pub mod sample;
 
 pub use cudarc::driver::CudaSlice;
 pub use runner::CudaRunner;

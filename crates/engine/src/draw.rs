@@ -2,22 +2,63 @@
 //!
 //! A round's output is logits rows for the keyed sampler or, when every window of the round
 //! draws greedily, the ids a runner took itself (`Runner::forward_greedy`) — the same tokens,
-//! since `greedy_token` is what the sampler draws for such parameters. Logits may live in the
+//! since `greedy_token` is what the sampler draws for such parameters — or, when every window
+//! draws plain temperature samples, the tokens a runner decided from shortlists where the logits
+//! are (`Runner::forward_picks`; the sampler's own comparison over the contenders). Logits may live in the
 //! runner's own memory (`Runner::forward_logits`): [`accept`] reads only what it needs, and the
 //! engine applies the verdicts after the runner is free again.
 
 use crate::engine::Plan;
-use crate::sampler::{Sampler, SamplingParams};
+use crate::sampler::{NoiseKey, Pick, Sampler, SamplingParams};
 use crate::sequence::Seq;
 use crate::Runner;
 use tf_core::TokenId;
 use tf_models::Row;
 
-/// A round's output: `vocab` floats per row with logits, or one greedy id per such row.
+/// A round's output: `vocab` floats per row with logits, one greedy id per such row, or one
+/// pick per such row.
 #[derive(Clone, Copy)]
 pub(crate) enum Drawn<'a> {
     Logits(&'a [f32], usize),
     Greedy(&'a [TokenId]),
+    Picks(&'a [Pick]),
+}
+
+/// What a round asks the runner for (see [`RoundOut::forward`]).
+pub(crate) enum Ask {
+    Logits,
+    /// Every draw of the round is greedy.
+    Greedy,
+    /// Every draw is a plain temperature sample, with these keys for the rows with logits.
+    Picks(Vec<NoiseKey>),
+}
+
+impl Ask {
+    /// What a round asks the runner for: ids only when every window draws greedily, picks when
+    /// every window draws plain temperature samples (each row with logits keyed by its sequence's
+    /// seed and the position it draws), else logits.
+    pub(crate) fn for_round(running: &[Seq], plans: &[Plan], rows: &[Row]) -> Ask {
+        let windows = || plans.iter().filter(|p| p.window);
+        let params = |p: &Plan| &running[p.seq].req.params;
+        if windows().all(|p| params(p).draws_greedy()) {
+            return Ask::Greedy;
+        }
+        if !windows().all(|p| params(p).draws_plain()) {
+            return Ask::Logits;
+        }
+        let owners = windows().flat_map(|p| std::iter::repeat_n(p, p.rows()));
+        let keys = rows
+            .iter()
+            .filter(|r| r.logits)
+            .zip(owners)
+            .map(|(r, p)| NoiseKey {
+                seed: running[p.seq].seed,
+                position: r.pos as u64 + 1,
+                temperature: params(p).temperature,
+            })
+            .collect();
+        Ask::Picks(keys)
+    }
 }
 
 impl Drawn<'_> {
@@ -41,6 +82,20 @@ impl Drawn<'_> {
                 history,
             ),
             Drawn::Greedy(ids) => ids[r],
+            Drawn::Picks(picks) => match &picks[r] {
+                Pick::Token(key, t) => {
+                    // The key the runner drew with must be this draw's: anything else is a bug
+                    // that would change a reply.
+                    assert!(
+                        key.seed == seed
+                            && key.position == position
+                            && key.temperature == params.temperature,
+                        "pick drawn with {key:?}, wanted seed {seed} position {position}"
+                    );
+                    *t
+                }
+                Pick::Logits(l) => sampler.sample(l, params, seed, position, history),
+            },
         }
     }
 }
@@ -50,25 +105,33 @@ impl Drawn<'_> {
 pub(crate) struct RoundOut {
     pub logits: Vec<f32>,
     pub ids: Vec<TokenId>,
+    pub picks: Vec<Pick>,
 }
 
 impl RoundOut {
-    /// Runs `rows`: greedy ids through `forward_greedy` when `greedy` (every draw of the round
-    /// is greedy), else logits wherever the runner keeps them.
+    /// Runs `rows`: greedy ids through `forward_greedy`, picks through `forward_picks` where the
+    /// runner has that path, else logits wherever the runner keeps them.
     pub(crate) fn forward<'a>(
         &'a mut self,
         runner: &'a mut dyn Runner,
         rows: &[Row],
-        greedy: bool,
+        ask: &Ask,
     ) -> Result<Drawn<'a>, crate::EngineError> {
-        if greedy {
-            runner.forward_greedy(rows, &mut self.logits, &mut self.ids)?;
-            Ok(Drawn::Greedy(&self.ids))
-        } else {
-            let vocab = runner.vocab();
-            let logits = runner.forward_logits(rows, &mut self.logits)?;
-            Ok(Drawn::Logits(logits, vocab))
+        match ask {
+            Ask::Greedy => {
+                runner.forward_greedy(rows, &mut self.logits, &mut self.ids)?;
+                return Ok(Drawn::Greedy(&self.ids));
+            }
+            Ask::Picks(keys) => {
+                if runner.forward_picks(rows, keys, &mut self.picks)? {
+                    return Ok(Drawn::Picks(&self.picks));
+                }
+            }
+            Ask::Logits => {}
         }
+        let vocab = runner.vocab();
+        let logits = runner.forward_logits(rows, &mut self.logits)?;
+        Ok(Drawn::Logits(logits, vocab))
     }
 }
 

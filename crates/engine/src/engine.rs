@@ -4,7 +4,7 @@
 
 use crate::blocks::{chain_hashes, BlockHash, BlockPool, CacheStats};
 use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
-use crate::draw::RoundOut;
+use crate::draw::{Ask, RoundOut};
 use crate::error::EngineError;
 use crate::proposer::{copy_source, Copies, Proposer, SeqView};
 use crate::request::{Event, FinishReason, Request};
@@ -71,11 +71,11 @@ enum Source {
 }
 
 pub(crate) struct Plan {
-    seq: usize,
+    pub(crate) seq: usize,
     /// Positions whose rows carry committed tokens without logits (prefill), or with logits on
     /// the last one when `window` is set and the sequence is not decoding yet.
     catch_up: std::ops::Range<usize>,
-    window: bool,
+    pub(crate) window: bool,
     pub(crate) drafts: Vec<TokenId>,
     source: Option<Source>,
     /// Tree drafts: other branches (distinct first tokens) and the KV slots of their nodes.
@@ -85,7 +85,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Output rows of the window: its first row, the guesses, the tree nodes.
-    fn rows(&self) -> usize {
+    pub(crate) fn rows(&self) -> usize {
         1 + self.drafts.len() + self.branches.iter().map(Vec::len).sum::<usize>()
     }
 }
@@ -330,23 +330,17 @@ impl Engine {
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
         let t = Instant::now();
-        // A round whose every window draws greedily asks the runner for ids only.
-        let greedy = plans
-            .iter()
-            .filter(|p| p.window)
-            .all(|p| self.running[p.seq].req.params.draws_greedy());
+        let ask = Ask::for_round(&self.running, &plans, &rows);
         let mut out = std::mem::take(&mut self.out);
         // The verdicts are drawn while the logits may still be the runner's; it is free again
         // when they are applied.
-        let result = out
-            .forward(self.runner.as_mut(), &rows, greedy)
-            .map(|drawn| {
-                let secs = t.elapsed().as_secs_f64();
-                (
-                    secs,
-                    Self::accept_all(&mut self.sampler, &self.running, &plans, drawn),
-                )
-            });
+        let result = out.forward(self.runner.as_mut(), &rows, &ask).map(|drawn| {
+            let secs = t.elapsed().as_secs_f64();
+            (
+                secs,
+                Self::accept_all(&mut self.sampler, &self.running, &plans, drawn),
+            )
+        });
         self.out = out;
         drop(rows);
         let (secs, verdicts) = match result {

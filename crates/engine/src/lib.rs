@@ -32,7 +32,7 @@ pub use handle::{EngineHandle, EngineStats, EventStream};
 pub use request::{token_sha, Event, FinishReason, Receipt, Request, SourceCounts};
 pub use runner::{ModelRunner, Runner};
 pub use sampler::{
-    default_seed, greedy_token, gumbel, philox4x32_10, sample, Sampler, SamplerError,
-    SamplingParams,
+    default_seed, greedy_token, gumbel, philox4x32_10, sample, NoiseKey, Pick, Sampler,
+    SamplerError, SamplingParams, Shortlist,
 };
 pub use spill::{SpillStats, SpillStore};

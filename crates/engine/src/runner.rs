@@ -55,6 +55,20 @@ pub trait Runner: Send {
         ids.extend(logits.chunks_exact(self.vocab()).map(greedy_token));
         Ok(())
     }
+    /// For rows whose every draw is a plain temperature sample
+    /// ([`SamplingParams::draws_plain`](crate::SamplingParams::draws_plain)): `picks` is cleared
+    /// and then holds, for each row with `logits: true` in order, the token the keyed sampler
+    /// draws with `keys[i]`, decided from a [`Shortlist`](crate::Shortlist) found where the
+    /// logits are, or that row's logits where the shortlist cannot decide. Returns false, having
+    /// run nothing, if this runner has no such path (the default: the caller asks for logits).
+    fn forward_picks(
+        &mut self,
+        _rows: &[Row],
+        _keys: &[crate::NoiseKey],
+        _picks: &mut Vec<crate::Pick>,
+    ) -> Result<bool, EngineError> {
+        Ok(false)
+    }
     /// Copies KV slot `from` to slot `to` of the sequence with block table `table`, for each
     /// pair in order (accepted tree-draft rows moving to their positions).
     fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]);

@@ -11,8 +11,8 @@ use tf_engine::fake::FakeRunner;
 use tf_engine::proposer::{Proposer, SeqView};
 use tf_engine::runner::Row;
 use tf_engine::{
-    greedy_token, Engine, EngineConfig, EngineError, Event, Receipt, Request, Runner,
-    SamplingParams,
+    greedy_token, Engine, EngineConfig, EngineError, Event, NoiseKey, Pick, Receipt, Request,
+    Runner, SamplingParams, Shortlist,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -373,11 +373,29 @@ fn tree_drafts_equal_serial_and_get_accepted() {
 }
 
 /// The fake target, counting the rounds that asked for greedy ids and the logits rows it
-/// returned through `forward`.
+/// returned through `forward`; with `keep`, it also answers plain rounds with picks decided
+/// from host shortlists of `keep` candidates (counting the rows, and those that fell back to
+/// logits).
 struct Counting {
     inner: FakeRunner,
     id_calls: Arc<AtomicUsize>,
     logit_rows: Arc<AtomicUsize>,
+    keep: Option<usize>,
+    pick_rows: Arc<AtomicUsize>,
+    fallbacks: Arc<AtomicUsize>,
+}
+
+impl Counting {
+    fn new(keep: Option<usize>) -> Counting {
+        Counting {
+            inner: FakeRunner::new(VOCAB, BLOCKS),
+            id_calls: Arc::default(),
+            logit_rows: Arc::default(),
+            keep,
+            pick_rows: Arc::default(),
+            fallbacks: Arc::default(),
+        }
+    }
 }
 
 impl Runner for Counting {
@@ -414,6 +432,35 @@ impl Runner for Counting {
             .collect();
         Ok(())
     }
+    fn forward_picks(
+        &mut self,
+        rows: &[Row],
+        keys: &[NoiseKey],
+        picks: &mut Vec<Pick>,
+    ) -> Result<bool, EngineError> {
+        let Some(keep) = self.keep else {
+            return Ok(false);
+        };
+        let vocab = self.vocab();
+        let logits = self.inner.forward(rows)?;
+        assert_eq!(
+            logits.len(),
+            keys.len() * vocab,
+            "one key per row with logits"
+        );
+        picks.clear();
+        for (row, &key) in logits.chunks_exact(vocab).zip(keys) {
+            self.pick_rows.fetch_add(1, Ordering::Relaxed);
+            picks.push(match Shortlist::of_row(row, key, keep).token() {
+                Some(t) => Pick::Token(key, t),
+                None => {
+                    self.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    Pick::Logits(row.to_vec())
+                }
+            });
+        }
+        Ok(true)
+    }
 }
 
 #[test]
@@ -430,12 +477,8 @@ fn greedy_rounds_take_ids_and_others_logits() {
         for sampled in [false, true] {
             let req = request(7, sampled, 40);
             let want = solo(serial_config(), req.clone());
-            let (id_calls, logit_rows) = (Arc::new(AtomicUsize::new(0)), Arc::default());
-            let runner = Counting {
-                inner: FakeRunner::new(VOCAB, BLOCKS),
-                id_calls: id_calls.clone(),
-                logit_rows: Arc::clone(&logit_rows),
-            };
+            let runner = Counting::new(None);
+            let (id_calls, logit_rows) = (runner.id_calls.clone(), runner.logit_rows.clone());
             let mut e = Engine::new(Box::new(runner), cfg.clone(), CostModel::flat());
             let got = run_all(&mut e, vec![(0, req)]).pop().unwrap();
             assert_eq!(got.receipt.token_sha, want.receipt.token_sha);
@@ -457,6 +500,68 @@ fn greedy_rounds_take_ids_and_others_logits() {
                     ids > 0 && rows == 0,
                     "greedy: {ids} id calls, {rows} logit rows"
                 );
+            }
+        }
+    }
+}
+
+/// Plain temperature requests (no truncation, no penalty) whose rounds come back as picks
+/// decided from shortlists give the serial replies: with shortlists of 3 candidates (almost
+/// every row decided from the list), of 1 (some rows fall back to their logits), and of none
+/// (every row falls back), drafted and not, alone and four at once.
+#[test]
+fn plain_rounds_decided_from_shortlists_equal_serial() {
+    let plain = |seed: u64, temperature: f32| {
+        let mut req = request(seed, false, 40);
+        req.params = SamplingParams {
+            temperature,
+            seed: Some(seed * 11),
+            ..SamplingParams::default()
+        };
+        assert!(req.params.draws_plain());
+        req
+    };
+    for keep in [3, 1, 0] {
+        for drafts in [false, true] {
+            let cfg = if drafts {
+                EngineConfig {
+                    min_drafts: 2,
+                    ..EngineConfig::default()
+                }
+            } else {
+                serial_config()
+            };
+            let reqs: Vec<(usize, Request)> = (0..4u64)
+                .map(|i| (i as usize, plain(20 + i, [0.3, 1.0, 1.7, 0.05][i as usize])))
+                .collect();
+            let runner = Counting::new(Some(keep));
+            let (picks, fallbacks, logit_rows) = (
+                runner.pick_rows.clone(),
+                runner.fallbacks.clone(),
+                runner.logit_rows.clone(),
+            );
+            let mut e = Engine::new(Box::new(runner), cfg, CostModel::flat());
+            let got = run_all(&mut e, reqs.clone());
+            for ((_, req), run) in reqs.into_iter().zip(got) {
+                let want = solo(serial_config(), req);
+                assert_eq!(run.receipt.token_sha, want.receipt.token_sha, "keep {keep}");
+            }
+            let (picks, fallbacks) = (
+                picks.load(Ordering::Relaxed),
+                fallbacks.load(Ordering::Relaxed),
+            );
+            assert!(picks > 0, "no round asked for picks");
+            assert_eq!(
+                logit_rows.load(Ordering::Relaxed),
+                0,
+                "a plain round asked for logits"
+            );
+            match keep {
+                0 => assert_eq!(fallbacks, picks, "an empty shortlist decided a row"),
+                _ => assert!(
+                    fallbacks < picks,
+                    "keep {keep}: {fallbacks} of {picks} fell back"
+                ),
             }
         }
     }

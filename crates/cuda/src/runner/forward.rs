@@ -4,7 +4,7 @@
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use tf_core::TokenId;
 use tf_engine::runner::Row;
-use tf_engine::EngineError;
+use tf_engine::{EngineError, NoiseKey, Pick};
 use tf_models::ModelError;
 
 use super::layout::{layout, RowLayout};
@@ -12,13 +12,15 @@ use super::scratch::{matmul, LOGIT_ROWS};
 use super::{CudaRunner, Graph, GRAPH_ROWS};
 use crate::{CudaError, Result};
 
-/// What a call hands back for its rows with `logits: true`: the logits, or each row's greedy id
-/// (taken on the device, so only the ids are copied back).
+/// What a call hands back for its rows with `logits: true`: the logits, each row's greedy id
+/// (taken on the device, so only the ids are copied back), or each row's plain temperature
+/// draw (decided from a shortlist found on the device, `keys` for the wanted rows in order).
 pub enum Out<'a> {
     Logits(&'a mut Vec<f32>),
     Ids(&'a mut Vec<TokenId>),
     /// The logits left in the page-locked buffer, wanted rows first (at most `LOGIT_ROWS`).
     Pinned,
+    Picks(&'a [NoiseKey], &'a mut Vec<Pick>),
 }
 
 impl Out<'_> {
@@ -28,6 +30,7 @@ impl Out<'_> {
             Out::Logits(v) => Out::Logits(v),
             Out::Ids(v) => Out::Ids(v),
             Out::Pinned => Out::Pinned,
+            Out::Picks(k, p) => Out::Picks(k, p),
         }
     }
 }
@@ -133,6 +136,7 @@ impl CudaRunner {
     ) -> Result<()> {
         let ids = match out {
             Out::Logits(v) => return self.append_logits(lo, hi, want, v),
+            Out::Picks(keys, picks) => return self.append_picks(lo, hi, want, keys, picks),
             Out::Ids(ids) => ids,
             Out::Pinned => {
                 let vocab = self.model.config.vocab;
@@ -162,6 +166,73 @@ impl CudaRunner {
     /// Appends logit rows `want` (ascending, within `lo..hi`) of `s.logits` to `out`, through
     /// the pinned buffer when there is one (a pageable copy is several times slower), each row
     /// as soon as it has arrived. Waits for the stream.
+    /// Appends the picks of rows `want` (ascending, within `lo..hi`) of `s.logits`: each row's
+    /// greedy id and shortlist (`gumbel_shortlist`) come back, the host decides the token, and a
+    /// row whose shortlist cannot decide comes back whole. Waits for the stream.
+    fn append_picks(
+        &mut self,
+        lo: usize,
+        hi: usize,
+        want: impl IntoIterator<Item = usize>,
+        keys: &[NoiseKey],
+        picks: &mut Vec<Pick>,
+    ) -> Result<()> {
+        let vocab = self.model.config.vocab;
+        let n = hi - lo;
+        let want: Vec<usize> = want.into_iter().collect();
+        let done = picks.len();
+        if done + want.len() > keys.len() {
+            return Err(CudaError::Usage(
+                "picks: fewer keys than rows with logits".into(),
+            ));
+        }
+        // Rows not wanted get a harmless key; their shortlists are never read.
+        let mut kw = vec![0u32; 4 * n];
+        let mut inv = vec![1.0f64; n];
+        for (i, &r) in want.iter().enumerate() {
+            let key = &keys[done + i];
+            kw[4 * (r - lo)..4 * (r - lo + 1)].copy_from_slice(&crate::sample::key_words(key));
+            inv[r - lo] = key.inv_temperature();
+        }
+        let st = self.gpu.stream.clone();
+        st.memcpy_htod(&kw, &mut self.s.sl_keys)?;
+        st.memcpy_htod(&inv, &mut self.s.sl_inv)?;
+        self.gpu
+            .argmax_rows(&self.s.logits, vocab, lo, n, &mut self.s.ids)?;
+        self.gpu.gumbel_shortlist(
+            &self.s.logits,
+            vocab,
+            lo,
+            n,
+            &self.s.ids,
+            &self.s.sl_keys,
+            &self.s.sl_inv,
+            &mut self.s.sl_out,
+        )?;
+        let words = crate::sample::ROW_WORDS;
+        let mut ids = [0i32; LOGIT_ROWS];
+        let mut recs = vec![0u32; n * words];
+        st.memcpy_dtoh(&self.s.ids.slice(0..n), &mut ids[..n])?;
+        st.memcpy_dtoh(&self.s.sl_out.slice(0..n * words), &mut recs)?;
+        self.gpu.sync()?;
+        for (i, &r) in want.iter().enumerate() {
+            let key = keys[done + i];
+            let j = r - lo;
+            let list =
+                crate::sample::decode(&recs[j * words..(j + 1) * words], key, ids[j] as TokenId);
+            picks.push(match list.token() {
+                Some(t) => Pick::Token(key, t),
+                None => {
+                    let mut row = vec![0f32; vocab];
+                    st.memcpy_dtoh(&self.s.logits.slice(r * vocab..(r + 1) * vocab), &mut row)?;
+                    self.gpu.sync()?;
+                    Pick::Logits(row)
+                }
+            });
+        }
+        Ok(())
+    }
+
     fn append_logits(
         &mut self,
         lo: usize,

@@ -21,7 +21,7 @@ use cudarc::driver::CudaSlice;
 use forward::Out;
 use tf_core::{BlockId, TokenId};
 use tf_engine::runner::{fingerprint_path, Row, Runner, KV_FORMAT};
-use tf_engine::EngineError;
+use tf_engine::{EngineError, NoiseKey, Pick};
 use tf_kernels::kv::BLOCK_SIZE;
 use tf_models::Model;
 
@@ -59,6 +59,9 @@ pub struct CudaRunner {
     /// Page-locked host memory for `LOGIT_ROWS` rows of logits (None if it could not be had).
     pinned: Option<pinned::Pinned>,
     pageable: Vec<f32>,
+    /// Plain temperature draws decided from device shortlists (`Runner::forward_picks`;
+    /// `TENSORFOLD_CUDA_PICKS=0` turns it off, for measuring: the logits come back instead).
+    picks: bool,
 }
 
 impl Drop for CudaRunner {
@@ -150,6 +153,7 @@ impl CudaRunner {
             split_ok: true,
             pinned,
             pageable: Vec::new(),
+            picks: !std::env::var("TENSORFOLD_CUDA_PICKS").is_ok_and(|v| v == "0"),
         })
     }
 
@@ -238,6 +242,26 @@ impl Runner for CudaRunner {
     ) -> std::result::Result<(), EngineError> {
         ids.clear();
         self.run_parts(rows, Out::Ids(ids))
+    }
+    fn forward_picks(
+        &mut self,
+        rows: &[Row],
+        keys: &[NoiseKey],
+        picks: &mut Vec<Pick>,
+    ) -> std::result::Result<bool, EngineError> {
+        if !self.picks {
+            return Ok(false);
+        }
+        let wanted = rows.iter().filter(|r| r.logits).count();
+        if keys.len() != wanted {
+            return Err(EngineError::Backend(format!(
+                "{} noise keys for {wanted} rows with logits",
+                keys.len()
+            )));
+        }
+        picks.clear();
+        self.run_parts(rows, Out::Picks(keys, picks))?;
+        Ok(true)
     }
     fn copy_slots(&mut self, table: &[BlockId], moves: &[(usize, usize)]) {
         let mut pairs = Vec::with_capacity(2 * moves.len());

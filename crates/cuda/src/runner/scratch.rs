@@ -78,6 +78,10 @@ pub struct Scratch {
     pub logits: CudaSlice<f32>,
     /// Greedy ids of logits rows (`Runner::forward_greedy`).
     pub ids: CudaSlice<i32>,
+    /// Plain draws' noise keys, 1 / temperatures and shortlist records (`sample.rs`).
+    pub sl_keys: CudaSlice<u32>,
+    pub sl_inv: CudaSlice<f64>,
+    pub sl_out: CudaSlice<u32>,
     pub acts: ActCache,
     pub pos: CudaSlice<i32>,
     pub slot: CudaSlice<i32>,
@@ -125,6 +129,9 @@ impl Scratch {
             hs: gpu.zeros(LOGIT_ROWS * d)?,
             logits: gpu.zeros(LOGIT_ROWS * cfg.vocab)?,
             ids: gpu.zeros(LOGIT_ROWS)?,
+            sl_keys: gpu.zeros(4 * LOGIT_ROWS)?,
+            sl_inv: gpu.zeros(LOGIT_ROWS)?,
+            sl_out: gpu.zeros(LOGIT_ROWS * crate::sample::ROW_WORDS)?,
             acts: ActCache {
                 a32: gpu.act_buffer(ActBlock::B32, cap, kmax)?,
                 a256: gpu.act_buffer(ActBlock::B256, cap, kmax)?,

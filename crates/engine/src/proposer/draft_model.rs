@@ -4,9 +4,9 @@
 //! uses the sequence's block ids and is rolled back with the target's commits.
 
 use super::{Proposer, SeqView};
-use crate::draw::RoundOut;
+use crate::draw::{Ask, RoundOut};
 use crate::runner::{ModelRunner, Runner};
-use crate::sampler::Sampler;
+use crate::sampler::{NoiseKey, Sampler};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tf_core::{SeqId, TokenId};
@@ -68,12 +68,28 @@ impl Proposer for DraftModel {
                 tree: None,
             })
             .collect();
-        // Greedy requests take the draft's tokens as ids (on a GPU, only the ids come back).
-        let greedy = seq.params.draws_greedy();
+        // Greedy requests take the draft's tokens as ids, plain temperature ones as picks (on a
+        // GPU, only those come back).
+        let ask = |position: usize| {
+            if seq.params.draws_greedy() {
+                Ask::Greedy
+            } else if seq.params.draws_plain() {
+                Ask::Picks(vec![NoiseKey {
+                    seed: seq.seed,
+                    position: position as u64,
+                    temperature: seq.params.temperature,
+                }])
+            } else {
+                Ask::Logits
+            }
+        };
         let mut history = seq.tokens.to_vec();
         let mut out = Vec::with_capacity(max);
         let mut next = rows;
-        while let Ok(drawn) = self.round.forward(self.runner.as_mut(), &next, greedy) {
+        while let Ok(drawn) = self
+            .round
+            .forward(self.runner.as_mut(), &next, &ask(n + out.len()))
+        {
             let t = drawn.token(
                 &mut self.sampler,
                 0,

@@ -29,11 +29,13 @@ mod filter;
 mod par;
 mod penalties;
 mod philox;
+mod shortlist;
 
 #[cfg(test)]
 mod tests;
 
 pub use philox::{gumbel, gumbel_from_word, philox4x32_10, uniform_open01, GUMBEL_UPPER_BOUND};
+pub use shortlist::{NoiseKey, Pick, Shortlist, SHORTLIST_SLACK};
 
 use filter::{exp_nonpos, mass_q, max_value, top_k_sorted, top_p_full, top_p_prefix_len, Scale};
 use philox::{gumbel_prefix_bounds, NoiseCache};
@@ -154,6 +156,20 @@ impl SamplingParams {
         let t = self.temperature;
         let greedy = !(t > 0.0 && t.is_finite()) || self.top_k == 1;
         greedy && !penalties::penalties_active(self)
+    }
+
+    /// Whether every token these parameters draw is the Gumbel-max over the whole vocabulary of
+    /// the raw logits at this temperature (no truncation, no penalty): a positive finite
+    /// temperature, top-k 0, top-p 1, min-p 0. A runner can then find the
+    /// contenders where the logits are (`Runner::forward_picks`, [`Shortlist`]).
+    pub fn draws_plain(&self) -> bool {
+        let t = self.temperature;
+        t > 0.0
+            && t.is_finite()
+            && self.top_k == 0
+            && self.top_p >= 1.0
+            && self.min_p <= 0.0
+            && !penalties::penalties_active(self)
     }
 
     /// The seed the noise is keyed by: the request's, else [`default_seed`] of the prompt.

@@ -1,4 +1,5 @@
 mod reference;
+mod shortlist;
 
 use super::filter::{exp_nonpos, mass_pass_with, mass_q, rank_cmp, top_k_sorted, Isa, Scale};
 use super::philox::gumbel_prefix_bounds;

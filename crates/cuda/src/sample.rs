@@ -1,0 +1,107 @@
+//! Plain temperature draws decided on the host from shortlists found on the GPU
+//! (`kernels/sample.cu`, `tf_engine::Shortlist`).
+
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use tf_core::TokenId;
+use tf_engine::{NoiseKey, Shortlist};
+
+use crate::{CudaError, Gpu, Result};
+
+/// Threads per block, blocks per row, candidates per block and 32-bit words per block record of
+/// `gumbel_shortlist` (`SL_THREADS`, `SL_BLOCKS`, `SL_KEEP`, `SL_WORDS`).
+const SL_THREADS: u32 = 256;
+pub const SL_BLOCKS: usize = 16;
+const SL_KEEP: usize = 4;
+pub const SL_WORDS: usize = 3 + 4 * SL_KEEP;
+
+/// Words of one row's records.
+pub const ROW_WORDS: usize = SL_BLOCKS * SL_WORDS;
+
+/// The kernel's noise key words of `key`: seed low, high, position low, high.
+pub fn key_words(key: &NoiseKey) -> [u32; 4] {
+    [
+        key.seed as u32,
+        (key.seed >> 32) as u32,
+        key.position as u32,
+        (key.position >> 32) as u32,
+    ]
+}
+
+/// A row's shortlist from its records (`ROW_WORDS` words) and its greedy token `top`.
+pub fn decode(words: &[u32], key: NoiseKey, top: TokenId) -> Shortlist {
+    let f64_at = |i: usize| f64::from_bits(u64::from(words[i]) | (u64::from(words[i + 1]) << 32));
+    let mut candidates = Vec::with_capacity(SL_BLOCKS * SL_KEEP);
+    let mut spill = f64::NEG_INFINITY;
+    for rec in 0..SL_BLOCKS {
+        let at = rec * SL_WORDS;
+        let s = f64_at(at);
+        // A NaN spill (not expected) makes the shortlist decline.
+        spill = if s.is_nan() { s } else { spill.max(s) };
+        for q in 0..SL_KEEP {
+            let c = at + 3 + 4 * q;
+            let id = words[c + 2];
+            if id != u32::MAX {
+                candidates.push((f64_at(c), id as TokenId, f32::from_bits(words[c + 3])));
+            }
+        }
+        if spill.is_nan() {
+            break;
+        }
+    }
+    Shortlist {
+        key,
+        top,
+        m: f32::from_bits(words[2]),
+        candidates,
+        spill,
+    }
+}
+
+impl Gpu {
+    /// Shortlists of rows `first .. first + rows` of `logits` (`vocab` values each) into `out`
+    /// (`ROW_WORDS` per row): `top[r]` is row r's greedy token (`argmax_rows`), `keys` four
+    /// words per row ([`key_words`]) and `inv_t` its 1 / temperature.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gumbel_shortlist(
+        &self,
+        logits: &CudaSlice<f32>,
+        vocab: usize,
+        first: usize,
+        rows: usize,
+        top: &CudaSlice<i32>,
+        keys: &CudaSlice<u32>,
+        inv_t: &CudaSlice<f64>,
+        out: &mut CudaSlice<u32>,
+    ) -> Result<()> {
+        if vocab == 0
+            || (first + rows) * vocab > logits.len()
+            || top.len() < rows
+            || keys.len() < 4 * rows
+            || inv_t.len() < rows
+            || out.len() < rows * ROW_WORDS
+        {
+            return Err(CudaError::Usage("gumbel_shortlist: buffer sizes".into()));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let f = self.function("gumbel_shortlist")?;
+        let (v, fi) = (vocab as i32, first as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, SL_BLOCKS as u32, 1),
+            block_dim: (SL_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = self.launcher(&f);
+        l.arg(logits)
+            .arg(&v)
+            .arg(&fi)
+            .arg(top)
+            .arg(keys)
+            .arg(inv_t)
+            .arg(out);
+        // SAFETY: every buffer was checked against the rows the kernel reads and writes above.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+}
