@@ -463,17 +463,22 @@ impl Runner for Counting {
     }
 }
 
+/// An engine that drafts at least two guesses a window, or the serial one.
+fn drafting_or_serial(drafts: bool) -> EngineConfig {
+    if drafts {
+        EngineConfig {
+            min_drafts: 2,
+            ..EngineConfig::default()
+        }
+    } else {
+        serial_config()
+    }
+}
+
 #[test]
 fn greedy_rounds_take_ids_and_others_logits() {
     for drafts in [false, true] {
-        let cfg = if drafts {
-            EngineConfig {
-                min_drafts: 2,
-                ..EngineConfig::default()
-            }
-        } else {
-            serial_config()
-        };
+        let cfg = drafting_or_serial(drafts);
         for sampled in [false, true] {
             let req = request(7, sampled, 40);
             let want = solo(serial_config(), req.clone());
@@ -523,14 +528,7 @@ fn plain_rounds_decided_from_shortlists_equal_serial() {
     };
     for keep in [3, 1, 0] {
         for drafts in [false, true] {
-            let cfg = if drafts {
-                EngineConfig {
-                    min_drafts: 2,
-                    ..EngineConfig::default()
-                }
-            } else {
-                serial_config()
-            };
+            let cfg = drafting_or_serial(drafts);
             let reqs: Vec<(usize, Request)> = (0..4u64)
                 .map(|i| (i as usize, plain(20 + i, [0.3, 1.0, 1.7, 0.05][i as usize])))
                 .collect();
