@@ -383,6 +383,8 @@ struct Counting {
     keep: Option<usize>,
     pick_rows: Arc<AtomicUsize>,
     fallbacks: Arc<AtomicUsize>,
+    /// Tree-draft rows among the rows of picked rounds.
+    tree_rows: Arc<AtomicUsize>,
 }
 
 impl Counting {
@@ -394,6 +396,7 @@ impl Counting {
             keep,
             pick_rows: Arc::default(),
             fallbacks: Arc::default(),
+            tree_rows: Arc::default(),
         }
     }
 }
@@ -442,6 +445,8 @@ impl Runner for Counting {
             return Ok(false);
         };
         let vocab = self.vocab();
+        let trees = rows.iter().filter(|r| r.tree.is_some()).count();
+        self.tree_rows.fetch_add(trees, Ordering::Relaxed);
         let logits = self.inner.forward(rows)?;
         assert_eq!(
             logits.len(),
@@ -563,4 +568,35 @@ fn plain_rounds_decided_from_shortlists_equal_serial() {
             }
         }
     }
+}
+
+/// Plain requests with tree drafts: every row's key (branch rows included) is the position it
+/// draws, so picks give the serial replies.
+#[test]
+fn plain_picks_with_tree_drafts_equal_serial() {
+    let mut tree_rows = 0;
+    for seed in 40..48u64 {
+        let mut req = request(seed, false, 80);
+        req.params = SamplingParams {
+            temperature: 0.6,
+            seed: Some(seed),
+            ..SamplingParams::default()
+        };
+        let context = 1 + (seed as usize % 2);
+        let serial = solo_short(serial_config(), req.clone(), context);
+        let cfg = EngineConfig {
+            min_drafts: 2,
+            tree_branches: 3,
+            force_trees: true,
+            ..EngineConfig::default()
+        };
+        let mut runner = Counting::new(Some(3));
+        runner.inner.context = context;
+        let trees = runner.tree_rows.clone();
+        let mut e = Engine::new(Box::new(runner), cfg, CostModel::flat());
+        let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+        assert_eq!(run.tokens, serial.tokens, "seed {seed}");
+        tree_rows += trees.load(Ordering::Relaxed);
+    }
+    assert!(tree_rows > 0, "no picked round carried tree rows");
 }
