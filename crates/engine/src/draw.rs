@@ -3,10 +3,10 @@
 //! A round's output is logits rows for the keyed sampler or, when every window of the round
 //! draws greedily, the ids a runner took itself (`Runner::forward_greedy`) — the same tokens,
 //! since `greedy_token` is what the sampler draws for such parameters — or, when every window
-//! draws plain temperature samples, the tokens a runner decided from shortlists where the logits
-//! are (`Runner::forward_picks`; the sampler's own comparison over the contenders). Logits may live in the
-//! runner's own memory (`Runner::forward_logits`): [`accept`] reads only what it needs, and the
-//! engine applies the verdicts after the runner is free again.
+//! draws plain temperature samples, the tokens a runner decided from shortlists where the
+//! logits are (`Runner::forward_picks`; the sampler's own comparison over the contenders).
+//! Logits may live in the runner's own memory (`Runner::forward_logits`): [`accept`] reads only
+//! what it needs, and the engine applies the verdicts after the runner is free again.
 
 use crate::engine::Plan;
 use crate::sampler::{NoiseKey, Pick, Sampler, SamplingParams};
