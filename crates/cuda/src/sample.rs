@@ -105,3 +105,68 @@ impl Gpu {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One block record as `gumbel_shortlist` writes it.
+    fn record(spill: f64, m: f32, cands: &[(f64, u32, f32)]) -> Vec<u32> {
+        let mut w = vec![spill.to_bits() as u32, (spill.to_bits() >> 32) as u32];
+        w.push(m.to_bits());
+        for q in 0..SL_KEEP {
+            let (s, id, z) = cands
+                .get(q)
+                .copied()
+                .unwrap_or((f64::NEG_INFINITY, u32::MAX, 0.0));
+            w.extend([
+                s.to_bits() as u32,
+                (s.to_bits() >> 32) as u32,
+                id,
+                z.to_bits(),
+            ]);
+        }
+        assert_eq!(w.len(), SL_WORDS);
+        w
+    }
+
+    #[test]
+    fn records_decode_into_the_shortlist() {
+        let key = NoiseKey {
+            seed: 0x1234_5678_9abc_def0,
+            position: (1 << 33) + 7,
+            temperature: 0.7,
+        };
+        let words = key_words(&key);
+        assert_eq!(u64::from(words[0]) | u64::from(words[1]) << 32, key.seed);
+        assert_eq!(
+            u64::from(words[2]) | u64::from(words[3]) << 32,
+            key.position
+        );
+
+        let mut recs = Vec::new();
+        for b in 0..SL_BLOCKS {
+            let cands: Vec<(f64, u32, f32)> = match b {
+                0 => vec![(3.5, 10, 1.25), (-0.5, 11, 0.5)],
+                5 => vec![(7.25, 42, 2.0)],
+                _ => vec![],
+            };
+            let spill = if b == 5 { 1.0 } else { f64::NEG_INFINITY };
+            recs.extend(record(spill, 2.0, &cands));
+        }
+        let list = decode(&recs, key, 42);
+        assert_eq!((list.top, list.m, list.spill), (42, 2.0, 1.0));
+        assert_eq!(
+            list.candidates,
+            vec![(3.5, 10, 1.25), (-0.5, 11, 0.5), (7.25, 42, 2.0)]
+        );
+        assert_eq!(list.key, key);
+
+        // A NaN spill in any block makes the list decline.
+        recs[3 * SL_WORDS] = f64::NAN.to_bits() as u32;
+        recs[3 * SL_WORDS + 1] = (f64::NAN.to_bits() >> 32) as u32;
+        let list = decode(&recs, key, 42);
+        assert!(list.spill.is_nan());
+        assert_eq!(list.token(), None);
+    }
+}
