@@ -112,14 +112,18 @@ impl Gpu {
     /// multiprocessor with the blocks of the kernel the call takes (counted per tile of rows),
     /// at most one per chunk.
     pub fn attention_splits(&self, dims: &AttnDims, max_chunks: usize) -> usize {
-        let few = dims.rows <= self.att_few && matches!(dims.head_dim, 64 | 128);
         let tiles = self.attention_tiles(dims);
         let per_sm = match tiles {
-            Some(_) if !few => TILE_SPLIT_BLOCKS,
+            Some(_) if !self.attention_few(dims) => TILE_SPLIT_BLOCKS,
             _ => SPLIT_BLOCKS,
         };
         let jobs = tiles.unwrap_or(dims.rows) * dims.n_kv_heads;
         (self.sms * per_sm / jobs.max(1)).clamp(1, max_chunks.max(1))
+    }
+
+    /// Whether a split call of this shape takes the few-row kernel (`attention_few.cu`).
+    fn attention_few(&self, dims: &AttnDims) -> bool {
+        dims.rows <= self.att_few && matches!(dims.head_dim, 64 | 128)
     }
 
     /// Attention of `dims.rows` query rows over one layer's paged cache (`keys`), in the
@@ -159,7 +163,7 @@ impl Gpu {
         let (h, kvh, hd) = (n_heads as i32, n_kv_heads as i32, head_dim as i32);
         let mc = split.as_ref().map_or(0, |sp| sp.max_chunks as i32);
         let z = split.as_ref().map_or(1, |sp| sp.splits.max(1)) as u32;
-        let few = split.is_some() && rows <= self.att_few && matches!(head_dim, 64 | 128);
+        let few = split.is_some() && self.attention_few(&dims);
         if let (true, Some(sp)) = (few, &split) {
             let f = self.function(if head_dim == 128 {
                 "attention_few_128"

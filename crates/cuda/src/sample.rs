@@ -30,24 +30,26 @@ pub fn key_words(key: &NoiseKey) -> [u32; 4] {
 /// A row's shortlist from its records (`ROW_WORDS` words) and its greedy token `top`.
 pub fn decode(words: &[u32], key: NoiseKey, top: TokenId) -> Shortlist {
     let f64_at = |i: usize| f64::from_bits(u64::from(words[i]) | (u64::from(words[i + 1]) << 32));
-    let mut candidates = Vec::with_capacity(SL_BLOCKS * SL_KEEP);
-    let mut spill = f64::NEG_INFINITY;
-    for rec in 0..SL_BLOCKS {
-        let at = rec * SL_WORDS;
-        let s = f64_at(at);
-        // A NaN spill (not expected) makes the shortlist decline.
-        spill = if s.is_nan() { s } else { spill.max(s) };
-        for q in 0..SL_KEEP {
-            let c = at + 3 + 4 * q;
-            let id = words[c + 2];
-            if id != u32::MAX {
-                candidates.push((f64_at(c), id as TokenId, f32::from_bits(words[c + 3])));
-            }
+    let recs = || (0..SL_BLOCKS).map(|rec| rec * SL_WORDS);
+    // A NaN spill (not expected) makes the shortlist decline.
+    let spill = recs().map(f64_at).fold(f64::NEG_INFINITY, |a, s| {
+        if a.is_nan() || s.is_nan() {
+            f64::NAN
+        } else {
+            a.max(s)
         }
-        if spill.is_nan() {
-            break;
-        }
-    }
+    });
+    let candidates = recs()
+        .flat_map(|at| (0..SL_KEEP).map(move |q| at + 3 + 4 * q))
+        .filter(|&c| words[c + 2] != u32::MAX)
+        .map(|c| {
+            (
+                f64_at(c),
+                words[c + 2] as TokenId,
+                f32::from_bits(words[c + 3]),
+            )
+        })
+        .collect();
     Shortlist {
         key,
         top,
