@@ -56,14 +56,23 @@ pub fn program_source() -> String {
 /// NVRTC options for compute capability `(major, minor)`. `--fmad=false` keeps every multiply
 /// and add separate, as the CPU's float chains are defined.
 pub fn options(cc: (i32, i32)) -> Vec<String> {
-    vec![
+    let mut o = vec![
         format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
         "--fmad=false".into(),
         "--prec-div=true".into(),
         "--prec-sqrt=true".into(),
         "--ftz=false".into(),
         "--std=c++17".into(),
-    ]
+    ];
+    // The blocks per multiprocessor asked of the one-warp, one-tile mma kernel
+    // (`matmul_mma.cu`'s MMA_MINB1), for measuring: it changes no bit.
+    if let Some(v) = std::env::var("TENSORFOLD_CUDA_MMA_MINB1")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        o.push(format!("-DMMA_MINB1={v}"));
+    }
+    o
 }
 
 /// Hex SHA-256 of source, options and GPU identity.
