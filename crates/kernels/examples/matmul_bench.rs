@@ -1,0 +1,98 @@
+//! Quantized matmul speed by row count: `cargo run --release -p tf-kernels --example
+//! matmul_bench -- [q4k|q6k|q8_0|q5_0] [THREADS] [COLUMNS]` (defaults q4k, 2, 8960; k = 1536).
+//! "memory": a set of matrices of about 124 MB together, far beyond the last-level cache, one
+//! pass over all of them (the weights stream from memory, as in a forward); "cache": the first
+//! matrix as many times (with a few hundred columns it stays in a core's L2, so the figure is
+//! the kernel's own arithmetic). Best of 15 passes each, ms, and the ratio to one row. Every
+//! kernel gives the same bits whatever the row count; this measures what more rows cost.
+
+use std::time::Instant;
+use tf_core::DType;
+use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
+use tf_kernels::ThreadPool;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn weights(rng: &mut Rng, dtype: DType, k: usize, n: usize) -> Vec<u8> {
+    let bytes = dtype.bytes_for(k).unwrap() * n;
+    let mut v: Vec<u8> = (0..bytes).map(|_| rng.next() as u8).collect();
+    let bb = dtype.block_bytes();
+    let d = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    for blk in v.chunks_exact_mut(bb) {
+        match dtype {
+            DType::Q4K => {
+                blk[0..2].copy_from_slice(&d);
+                blk[2..4].copy_from_slice(&d);
+            }
+            DType::Q6K => blk[bb - 2..].copy_from_slice(&d),
+            _ => blk[0..2].copy_from_slice(&d),
+        }
+    }
+    v
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dtype = match args.get(1).map(String::as_str) {
+        Some("q6k") => DType::Q6K,
+        Some("q8_0") => DType::Q8_0,
+        Some("q5_0") => DType::Q5_0,
+        _ => DType::Q4K,
+    };
+    let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2);
+    let pool = ThreadPool::new(threads);
+    let level = tf_kernels::cpu::detect();
+    // Columns of each matrix (1536 values a column): 8960 by default; a few hundred keep one
+    // matrix in a core's L2 for the cache figures.
+    let n: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8960);
+    let k = 1536usize;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let count = (124_000_000 / dtype.bytes_for(k).unwrap() / n).max(16);
+    let mats: Vec<Vec<u8>> = (0..count).map(|_| weights(&mut rng, dtype, k, n)).collect();
+    let total: usize = mats.iter().map(Vec::len).sum();
+    println!(
+        "{dtype} {n}x{k}, {level:?}, {threads} threads; memory: {count} matrices ({:.0} MB), cache: one",
+        total as f64 / 1e6
+    );
+    println!("rows | memory ms | x1 | GB/s | cache ms | x1 | ms/row over 1");
+    let mut base = (0.0, 0.0);
+    for rows in [1usize, 2, 3, 4, 5, 8, 16] {
+        let x: Vec<f32> = (0..rows * k)
+            .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let acts = Activations::new(level, &x, rows, k);
+        let mut out = vec![0f32; rows * n];
+        let mut time = |mats: &[&Vec<u8>]| {
+            let mut best = f64::MAX;
+            for _ in 0..15 {
+                let t = Instant::now();
+                for m in mats {
+                    let w = WeightMatrix::new(dtype, k, n, m).unwrap();
+                    matmul(&pool, &w, &acts, &mut out);
+                }
+                best = best.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            best
+        };
+        let mem = time(&mats.iter().collect::<Vec<_>>());
+        let cache = time(&vec![&mats[0]; count]);
+        if rows == 1 {
+            base = (mem, cache);
+        }
+        println!(
+            "{rows:>4} | {mem:>9.2} | {:.2} | {:>4.1} | {cache:>8.2} | {:.2} | {:.2}",
+            mem / base.0,
+            total as f64 / mem / 1e6,
+            cache / base.1,
+            (cache - base.1) / (rows as f64 - 1.0).max(1.0)
+        );
+    }
+}
