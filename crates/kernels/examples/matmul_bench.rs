@@ -1,5 +1,5 @@
 //! Quantized matmul speed by row count: `cargo run --release -p tf-kernels --example
-//! matmul_bench -- [q4k|q6k|q8_0|q5_0] [THREADS] [COLUMNS]` (defaults q4k, 2, 8960; k = 1536).
+//! matmul_bench -- [q4k|q6k|q8_0|q5_0] [THREADS] [COLUMNS] [K]` (defaults q4k, 2, 8960, 1536).
 //! "memory": a set of matrices of about 124 MB together, far beyond the last-level cache, one
 //! pass over all of them (the weights stream from memory, as in a forward); "cache": the first
 //! matrix as many times (with a few hundred columns it stays in a core's L2, so the figure is
@@ -50,10 +50,10 @@ fn main() {
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2);
     let pool = ThreadPool::new(threads);
     let level = tf_kernels::cpu::detect();
-    // Columns of each matrix (1536 values a column): 8960 by default; a few hundred keep one
-    // matrix in a core's L2 for the cache figures.
+    // Columns of each matrix: 8960 by default; a few hundred keep one matrix in a core's L2
+    // for the cache figures.
     let n: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8960);
-    let k = 1536usize;
+    let k: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(1536);
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let count = (124_000_000 / dtype.bytes_for(k).unwrap() / n).max(16);
     let mats: Vec<Vec<u8>> = (0..count).map(|_| weights(&mut rng, dtype, k, n)).collect();
