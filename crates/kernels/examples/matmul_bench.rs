@@ -42,10 +42,14 @@ fn weights(rng: &mut Rng, dtype: DType, k: usize, n: usize) -> Vec<u8> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dtype = match args.get(1).map(String::as_str) {
+        None | Some("q4k") => DType::Q4K,
         Some("q6k") => DType::Q6K,
         Some("q8_0") => DType::Q8_0,
         Some("q5_0") => DType::Q5_0,
-        _ => DType::Q4K,
+        Some(other) => {
+            eprintln!("matmul_bench: unknown type '{other}' (q4k, q6k, q8_0 or q5_0)");
+            std::process::exit(2);
+        }
     };
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2);
     let pool = ThreadPool::new(threads);
