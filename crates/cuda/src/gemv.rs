@@ -101,7 +101,26 @@ impl GvCfg {
     }
 }
 
+/// Calls of 4 rows into matrices of at least this many columns take the tensor-core kernels,
+/// whose one-warp form (`1_1_1`) fills its waves since 0a32ebd (H200, µs per call, few-row form
+/// against tensor cores: 7B gate|up 37888 x 3584 36.1 / 29.4), and so do 4-row calls of every
+/// Q6_K matrix (7B down 34.6 / 28.7, 1.5B down 14.5 / 10.3); narrower Q4_K matrices stay on the
+/// few-row form (7B o 3584 x 3584 6.3 / 7.6, down 3584 x 18944 22.4 / 26.3). Verify rounds
+/// after 512 tokens, greedy ids, two alternating runs each: 4 rows 3.515-3.533 -> 3.182-3.199
+/// ms (7B) and 1.710-1.719 -> 1.647-1.657 (1.5B); with the same rule at 3 rows the 7B gained
+/// 3% but the 1.5B lost 2%, so 3 rows stay on the few-row form.
+pub const GV_WIDE_N: usize = 16384;
+
 impl Gpu {
+    /// Whether a call of `rows` rows into `n` columns of `dtype` (interleaved) takes the
+    /// few-row kernels: up to [`gemv_rows`](Gpu::gemv_rows) rows, but see [`GV_WIDE_N`]
+    /// (`TENSORFOLD_CUDA_GEMV_WIDE=0` keeps every such call on the few-row kernels, for
+    /// measuring). Either way the bits are the same.
+    pub fn gemv_takes(&self, dtype: DType, rows: usize, n: usize) -> bool {
+        let wide = rows >= 4 && (dtype == DType::Q6K || n >= GV_WIDE_N);
+        rows <= self.gemv_rows && !(self.gemv_wide && wide)
+    }
+
     /// The few-row configuration for `rows` rows of `dtype` at inner dimension `k` on this
     /// GPU, `None` where the few-row kernels do not apply (then the tensor-core kernels do).
     pub fn gemv_cfg(&self, dtype: DType, rows: usize, k: usize) -> Option<GvCfg> {

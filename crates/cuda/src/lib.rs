@@ -79,6 +79,9 @@ pub struct Gpu {
     /// Calls of up to this many rows of interleaved Q4_K / Q6_K weights take the few-row
     /// kernels (`matmul_gemv.cu`; `TENSORFOLD_CUDA_GEMV=N`, `0` for the tensor-core kernels).
     pub gemv_rows: usize,
+    /// Wide and Q6_K calls of 4 rows on the tensor cores ([`gemv::GV_WIDE_N`];
+    /// `TENSORFOLD_CUDA_GEMV_WIDE=0` turns it off).
+    pub gemv_wide: bool,
     /// Split attention of up to this many rows takes `attention_few.cu` (one block per row
     /// and KV head, no work for absent heads; `TENSORFOLD_CUDA_ATT_FEW=N`, `0` for the tiles).
     pub att_few: usize,
@@ -175,6 +178,7 @@ impl Gpu {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(gemv::GV_DEFAULT_ROWS)
                 .min(gemv::GV_MAX_ROWS),
+            gemv_wide: !std::env::var("TENSORFOLD_CUDA_GEMV_WIDE").is_ok_and(|v| v == "0"),
             mma_split: std::env::var("TENSORFOLD_CUDA_MMA_S")
                 .ok()
                 .and_then(|v| v.parse().ok()),

@@ -208,7 +208,7 @@ pub fn matmul(
         None => gpu.matmul_f(w.dtype, &w.data, w.n, w.k, x, rows, out),
         Some(block) => {
             let act = acts.quantized(gpu, block, x, tag, rows, w.k)?;
-            let gemv = rows <= gpu.gemv_rows && w.interleaved;
+            let gemv = w.interleaved && gpu.gemv_takes(w.dtype, rows, w.n);
             if let Some(c) = gemv.then(|| gpu.gemv_cfg(w.dtype, rows, w.k)).flatten() {
                 gpu.matmul_gemv(w.dtype, &w.data, w.n, act, out, Some(c))
             } else if w.interleaved && (gpu.mma || w.dtype == DType::Q6K) {
