@@ -11,34 +11,6 @@ use tf_core::DType;
 use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
 use tf_kernels::ThreadPool;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
-fn weights(rng: &mut Rng, dtype: DType, k: usize, n: usize) -> Vec<u8> {
-    let bytes = dtype.bytes_for(k).unwrap() * n;
-    let mut v: Vec<u8> = (0..bytes).map(|_| rng.next() as u8).collect();
-    let bb = dtype.block_bytes();
-    let d = half::f16::from_f32(0.01).to_bits().to_le_bytes();
-    for blk in v.chunks_exact_mut(bb) {
-        match dtype {
-            DType::Q4K => {
-                blk[0..2].copy_from_slice(&d);
-                blk[2..4].copy_from_slice(&d);
-            }
-            DType::Q6K => blk[bb - 2..].copy_from_slice(&d),
-            _ => blk[0..2].copy_from_slice(&d),
-        }
-    }
-    v
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dtype = match args.get(1).map(String::as_str) {
@@ -58,9 +30,10 @@ fn main() {
     // for the cache figures.
     let n: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8960);
     let k: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(1536);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let count = (124_000_000 / dtype.bytes_for(k).unwrap() / n).max(16);
-    let mats: Vec<Vec<u8>> = (0..count).map(|_| weights(&mut rng, dtype, k, n)).collect();
+    let mats: Vec<Vec<u8>> = (0..count)
+        .map(|i| tf_weights::random_blocks(dtype, k * n, i as u64))
+        .collect();
     let total: usize = mats.iter().map(Vec::len).sum();
     println!(
         "{dtype} {n}x{k}, {level:?}, {threads} threads; memory: {count} matrices ({:.0} MB), cache: one",
@@ -70,7 +43,7 @@ fn main() {
     let mut base = (0.0, 0.0);
     for rows in [1usize, 2, 3, 4, 5, 8, 16] {
         let x: Vec<f32> = (0..rows * k)
-            .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
+            .map(|i| (i * 7919 % 2001) as f32 / 1000.0 - 1.0)
             .collect();
         let acts = Activations::new(level, &x, rows, k);
         let mut out = vec![0f32; rows * n];
