@@ -345,6 +345,24 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         }
     }
 
+    // The weights' f16 scales: every bit pattern (zeros, subnormals, infinities, NaNs) to the
+    // CPU's float.
+    let got = gpu.f16_table()?;
+    let equal = (0..=u16::MAX)
+        .filter(|&h| {
+            got[h as usize].to_bits() == tf_kernels::matmul::unpack::f16_to_f32(h).to_bits()
+        })
+        .count();
+    table.push(Row {
+        op: "f16_to_f32".into(),
+        ty: "every f16".into(),
+        rows: 1,
+        equal,
+        total: 65536,
+        max_diff: 0.0,
+        micros: 0.0,
+    });
+
     crate::gpu_check_fused::run(&gpu, level, &args.rows, args.seed, &mut table)?;
     crate::gpu_check_argmax::run(&gpu, &args.rows, args.seed, &mut table)?;
     crate::gpu_check_gemv::run(&gpu, level, &pool, args.seed, &mut table)?;

@@ -82,25 +82,26 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
         __syncthreads();
     }
     const int rounds = (nb + S - 1) / S;
-    for (int r = 0; r < rounds; r++) {
+    // One round: block r S + slot of `cu`, the next one's weights loaded into `nx` meanwhile.
+    auto round = [&](const D& cu, D& nx, int r) {
         const int b = r * S + slot, buf = r & 1;
         if (ST && r + 1 < rounds) stage(r + 1);
-        if (live && b + S < nb) nxt.load(wt + (size_t)(b + S) * D::TB, ca, t);
+        if (live && b + S < nb) nx.load(wt + (size_t)(b + S) * D::TB, ca, t);
         if (live && b < nb) {
-            const typename D::F f = cur.decode();
+            const typename D::F f = cu.decode();
+            // Rows past `rows` read the last row (ST: a staged row never written); their sums
+            // are never used.
             const i8* xg[NT];
 #pragma unroll
             for (int a = 0; a < NT; a++) {
-                const int rg = row0 + 8 * a + gid;
-                if (rg >= rows)
-                    xg[a] = nullptr;
-                else if (ST)
+                const int rg = min(row0 + 8 * a + gid, rows - 1);
+                if (ST)
                     xg[a] = s_x + (((size_t)buf * S + slot) * R8 + 8 * a + gid) * D::XPAD;
                 else
                     xg[a] = xq + (size_t)rg * k + (size_t)b * 256;
             }
             int is[NT][4], ms[NT][4];
-            cur.ints(f, xg, t, is, ms);
+            cu.ints(f, xg, t, is, ms);
             int2* rec = s_rec + (size_t)(buf * S + slot) * RS;
 #pragma unroll
             for (int a = 0; a < NT; a++)
@@ -114,7 +115,6 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
                 fs[8] = make_float2(f.d[1], f.dmin[1]);
             }
         }
-        cur = nxt;
         if (ST) asm volatile("cp.async.wait_all;" ::: "memory");
         // One barrier per round: round r + 2 writes these buffers again only after every thread
         // passed round r + 1's barrier, that is, finished this round's chains.
@@ -132,6 +132,10 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
                 }
             }
         }
+    };
+    for (int r = 0; r < rounds; r++) {
+        round(cur, nxt, r);
+        cur = nxt;
     }
 #pragma unroll
     for (int i = 0; i < CP; i++) {

@@ -119,3 +119,10 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
         if (lane == 0) out[blockIdx.x] = bv > neg_inf ? bi : 0;
     }
 }
+
+// Every f16 through `f16_to_f32` (`gpu-check`): out[i] = the float of bits i, i < 65,536.
+extern "C" __global__ void f16_table(float* out) {
+    pdl_enter();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 65536) out[i] = f16_to_f32((u16)i);
+}

@@ -72,6 +72,11 @@ pub fn options(cc: (i32, i32)) -> Vec<String> {
     {
         o.push(format!("-DMMA_MINB1={v}"));
     }
+    // Kernel compile options under test (`TENSORFOLD_CUDA_DEFINES="NAME NAME=VALUE ..."`):
+    // each a macro that changes how a kernel runs, never what it computes.
+    if let Ok(v) = std::env::var("TENSORFOLD_CUDA_DEFINES") {
+        o.extend(v.split_whitespace().map(|d| format!("-D{d}")));
+    }
     o
 }
 

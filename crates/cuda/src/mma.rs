@@ -94,12 +94,12 @@ impl MmaCfg {
 
     /// The configuration for a call of `rows` rows of `dtype` (every one gives the same bits;
     /// chosen by the H200 timings of `gpu-check`'s speed table at 7B's FFN shapes). Over 64
-    /// rows one warp per block on 16 rows x 16 columns (2_1_1) beat every staged and multi-warp
-    /// form once the Q4_K mins and the Q6_K offset moved onto the tensor cores (512 rows: Q4_K
-    /// 18944 x 3584 462.6 µs against 558.8 for st_4_4_2, Q6_K 3584 x 18944 730.4 against 812.5);
-    /// two such warps on the same 16 columns (2_1_2, the second warp's weights from L1) measured
-    /// pp2048 1.2% better at the 7B shape and 1% worse at the 1.5B shape, four (2_1_4) worse at
-    /// both.
+    /// rows the staged form (8 warps: 4 column blocks x 2 row tiles sharing each block of k's
+    /// activations in shared memory, `st_2_4_2`) since its loop stopped copying the prefetched
+    /// weights between blocks (512 rows: Q4_K 18944 x 3584 439 µs against 476 for 2_1_2, Q6_K
+    /// 3584 x 18944 593 against 736; pp2048 1.5B shape 21,750 -> 23,150 tok/s, 7B 6,890 ->
+    /// 7,580). Before that, one warp per block on 16 rows x 16 columns with a second warp on the
+    /// same columns (2_1_2, its weights from L1) had beaten every staged form.
     pub fn for_rows(dtype: DType, rows: usize) -> MmaCfg {
         match (dtype, rows) {
             (DType::Q6K, 0..=8) => MmaCfg::new(1, 8, 1),
@@ -107,7 +107,7 @@ impl MmaCfg {
             (DType::Q6K, 33..=64) => MmaCfg::staged(2, 4, 2),
             (_, 0..=8) => MmaCfg::new(1, 4, 1),
             (_, 9..=64) => MmaCfg::new(2, 4, 1),
-            _ => MmaCfg::new(2, 1, 2),
+            _ => MmaCfg::staged(2, 4, 2),
         }
     }
 

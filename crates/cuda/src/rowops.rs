@@ -381,6 +381,23 @@ impl Gpu {
         Ok(())
     }
 
+    /// Every f16 bit pattern through the kernels' `f16_to_f32` (for `gpu-check`): element i is
+    /// the float of bits i.
+    pub fn f16_table(&self) -> Result<Vec<f32>> {
+        let f = self.function("f16_table")?;
+        let mut out = self.zeros::<f32>(65536)?;
+        let cfg = LaunchConfig {
+            grid_dim: (256, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = self.launcher(&f);
+        l.arg(&mut out);
+        // SAFETY: 256 x 256 threads write the 65,536 floats of `out`, one each.
+        unsafe { l.launch(cfg) }?;
+        self.download(&out)
+    }
+
     /// The greedy token of rows `first..first + rows` of `x` (`n` values each) into
     /// `out[..rows]`: the host's `tf_engine::greedy_token`, one block per row.
     pub fn argmax_rows(

@@ -15,7 +15,7 @@ use tf_core::DType;
 /// as much as a whole legacy block's integer work). Same bits as `half::f16::to_f32`, NaN
 /// quieting included.
 #[inline(always)]
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
+pub fn f16_to_f32(h: u16) -> f32 {
     let h = h as u32;
     let sign = (h & 0x8000) << 16;
     let em = h & 0x7FFF;
