@@ -155,6 +155,8 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
     }
 #define MMA_FEW_CONFIGS(name, D)         \
     MMA_FEW(name, D, 1, 4, 2, false, fw) \
+    MMA_FEW(name, D, 1, 8, 1, false, fw) \
+    MMA_FEW(name, D, 1, 16, 1, false, fw) \
     MMA_FEW(name, D, 2, 4, 2, false, fw) \
     MMA_FEW(name, D, 2, 8, 1, false, fw) \
     MMA_FEW(name, D, 2, 8, 1, true, fws)

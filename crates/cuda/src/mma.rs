@@ -37,6 +37,8 @@ pub const MMA_CFGS: &[MmaCfg] = &[
     MmaCfg::new(4, 4, 1),
     MmaCfg::staged(2, 4, 2),
     MmaCfg::few(1, 4, 2, false),
+    MmaCfg::few(1, 8, 1, false),
+    MmaCfg::few(1, 16, 1, false),
     MmaCfg::few(2, 4, 2, false),
     MmaCfg::few(2, 8, 1, false),
     MmaCfg::few(2, 8, 1, true),
@@ -45,6 +47,10 @@ pub const MMA_CFGS: &[MmaCfg] = &[
 /// The widest matrix the few-row form takes by default (`TENSORFOLD_CUDA_MMA_FEW_N` overrides,
 /// for measuring): 264 thread blocks of 16 columns, one wave on an H200.
 pub const FEW_MAX_N: usize = 4224;
+
+/// The widest matrix whose 9-16 row calls take the few-row form in 8-row tiles: 264 thread
+/// blocks (two 8-row tiles of each 16 columns), one wave on an H200.
+pub const FEW_NT1_MAX_N: usize = 2112;
 
 impl MmaCfg {
     pub const fn new(nt: usize, s: usize, rw: usize) -> MmaCfg {
@@ -171,6 +177,14 @@ impl MmaCfg {
     /// q|k|v 6.3 -> 4.1, down 14.5 -> 14.1; 8 rows: 7B o 8.1 -> 5.9, down Q4_K 28.6 -> 27.8,
     /// Q6_K 33.9 -> 31.4. Wider matrices (gate|up, the head) and 17 rows or more stay faster on
     /// the forms that give each warp all the blocks of k.
+    ///
+    /// Tiles of 8 rows (`fw_1_8_1`) where they too fit that wave: up to 8 rows (one tile, where
+    /// a 16-row tile would compute 8 rows for nothing) and, over 8 rows, matrices of up to
+    /// [`FEW_NT1_MAX_N`] columns (two thread blocks per 16 columns, the second reading the
+    /// weights the first brought into L2). H200, verify rounds after 512 tokens, greedy ids,
+    /// `fw_2_8_1` -> `fw_1_8_1` everywhere: 1.5B shape 8 rows 1.709-1.717 -> 1.645-1.671 ms, 16
+    /// rows 1.981-1.984 -> 1.887-1.896; 7B 8 rows 3.207-3.251 -> 3.044-3.092, but 16 rows
+    /// 4.471-4.538 -> 4.742-4.777 (its 3,584-column o and down in two waves).
     pub fn few_for(rows: usize, n: usize) -> Option<MmaCfg> {
         static MAX_N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let max_n = *MAX_N.get_or_init(|| {
@@ -179,7 +193,14 @@ impl MmaCfg {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(FEW_MAX_N)
         });
-        ((5..=16).contains(&rows) && n <= max_n).then_some(MmaCfg::few(2, 8, 1, false))
+        if !(5..=16).contains(&rows) || n > max_n {
+            return None;
+        }
+        Some(if rows <= 8 || n <= FEW_NT1_MAX_N {
+            MmaCfg::few(1, 8, 1, false)
+        } else {
+            MmaCfg::few(2, 8, 1, false)
+        })
     }
 
     /// Dynamic shared memory of the few-row form (`matmul_mma_few.cu`): two buffers of the
