@@ -129,9 +129,9 @@ struct MmaQ4K {
         return f;
     }
     // Sums of NT 8-row tiles: `xg[a]` tile a's row gid's values of this block (past the rows,
-    // any row's: those sums are never stored). `is` = sum_s sc_s * (the mma of sub-block s); `ms` = sum_s m_s * (sum of the row's
-    // values of sub-block s), accumulated by the tensor core with A = m_s in every byte (the
-    // CPU takes the same integer from the activation sums).
+    // any row's: those sums are never stored). `is` = sum_s sc_s * (the mma of sub-block s);
+    // `ms` = sum_s m_s * (sum of the row's values of sub-block s), accumulated by the tensor
+    // core with A = m_s in every byte (the CPU takes the same integer from the activation sums).
     template <int NT>
     __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT], int t,
                                          int (&is)[NT][4], int (&ms)[NT][4]) const {
@@ -288,7 +288,7 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
     // (Alternating the two buffers instead of copying `nx` into `cu` saves the copies but, on
     // the H200, costs more in registers than it saves here; the staged form gains from it.)
     constexpr bool NA = S == 1 && RW == 1;
-    auto round = [&](const D& cu, D& nx, int g) {
+    auto one_round = [&](const D& cu, D& nx, int g) {
         const int b = g + slot;
         if (b + S < nb) nx.template load<NA>(wt + (size_t)(b + S) * D::TB, ca, t);
         if (b < nb) {
@@ -345,7 +345,7 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
     if (slot < nb) buf0.template load<NA>(wt + (size_t)slot * D::TB, ca, t);
     pdl_enter();
     for (int g = 0; g < nb; g += S) {
-        round(buf0, buf1, g);
+        one_round(buf0, buf1, g);
         buf0 = buf1;
     }
     if (S > 1) {

@@ -83,7 +83,7 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
     }
     const int rounds = (nb + S - 1) / S;
     // One round: block r S + slot of `cu`, the next one's weights loaded into `nx` meanwhile.
-    auto round = [&](const D& cu, D& nx, int r) {
+    auto one_round = [&](const D& cu, D& nx, int r) {
         const int b = r * S + slot, buf = r & 1;
         if (ST && r + 1 < rounds) stage(r + 1);
         if (live && b + S < nb) nx.load(wt + (size_t)(b + S) * D::TB, ca, t);
@@ -134,7 +134,7 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
         }
     };
     for (int r = 0; r < rounds; r++) {
-        round(cur, nxt, r);
+        one_round(cur, nxt, r);
         cur = nxt;
     }
 #pragma unroll
