@@ -64,16 +64,9 @@ pub fn options(cc: (i32, i32)) -> Vec<String> {
         "--ftz=false".into(),
         "--std=c++17".into(),
     ];
-    // The blocks per multiprocessor asked of the one-warp, one-tile mma kernel
-    // (`matmul_mma.cu`'s MMA_MINB1), for measuring: it changes no bit.
-    if let Some(v) = std::env::var("TENSORFOLD_CUDA_MMA_MINB1")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
-        o.push(format!("-DMMA_MINB1={v}"));
-    }
-    // Kernel compile options under test (`TENSORFOLD_CUDA_DEFINES="NAME NAME=VALUE ..."`):
-    // each a macro that changes how a kernel runs, never what it computes.
+    // Kernel compile options under test (`TENSORFOLD_CUDA_DEFINES="NAME NAME=VALUE ..."`, such
+    // as `MMA_MINB1=16`, the blocks per multiprocessor asked of `matmul_mma.cu`'s one-warp,
+    // one-tile kernel): each a macro that changes how a kernel runs, never what it computes.
     if let Ok(v) = std::env::var("TENSORFOLD_CUDA_DEFINES") {
         o.extend(v.split_whitespace().map(|d| format!("-D{d}")));
     }
