@@ -248,6 +248,10 @@ impl Gpu {
         if !interleaved_fits(dtype, w, n, x, out) {
             return Err(CudaError::Usage("matmul_mma: sizes".into()));
         }
+        // The kernels read row `rows - 1` in place of rows past the call: no call of no rows.
+        if x.rows == 0 {
+            return Ok(());
+        }
         let forced = self.mma_many.filter(|_| x.rows > 64);
         let cfg = match (cfg.or(forced), self.mma_few) {
             (Some(c), _) => c,
@@ -273,8 +277,9 @@ impl Gpu {
                 launch.shared_mem_bytes as i32,
             )?;
         }
-        // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout (and
-        // the few-row form `launch.shared_mem_bytes` of dynamic shared memory).
+        // SAFETY: sizes checked above and rows >= 1; the kernel reads tiles of the interleaved
+        // layout, rows up to `rows - 1` (and the few-row form `launch.shared_mem_bytes` of
+        // dynamic shared memory).
         unsafe { self.launch_quant(&name, launch, w, n, x, out) }
     }
 }
