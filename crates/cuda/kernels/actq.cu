@@ -5,10 +5,22 @@
 // One warp per block: lane l holds values [l * bl/32, (l + 1) * bl/32); amax is a warp max
 // (exact in any order), the integer sums are warp sums (exact). Every block is computed alone,
 // whatever the number of rows.
+// The tensor-core matmuls' copy of the 256-value blocks (`qf`, "fragment order"): rows in groups
+// of 8; group g's block b is the 2,048 bytes at (g * nb + b) * 2048, its sub-block s (values
+// 32 s .. 32 s + 31) the 256 bytes at 256 s, row r % 8's 32 values at 32 (r % 8). A warp's
+// load of one sub-block of 8 rows (lane 4 gid + t: row gid, values 8t .. 8t + 7) then reads
+// 256 contiguous bytes, two cache lines instead of eight. Row `row`'s part of block 0 (null
+// where `qf` is null or the blocks are not of 256 values); block b is `2048 b` further.
+__device__ __forceinline__ i8* frag_row(i8* qf, int bl, size_t row, int nb) {
+    if (qf == nullptr || bl != 256) return nullptr;
+    return qf + ((row / 8) * nb) * 2048 + (row % 8) * 32;
+}
+
 // The block of `bl` values at `xb` by one warp: codes to `qb`, the scale to `*db`, the sums of
 // `sl` values to `sb`.
+// `fb`: the block's place in `frag_row`'s order (null: none).
 __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int lane, i8* qb,
-                                           float* db, i16* sb) {
+                                           float* db, i16* sb, i8* fb) {
     const int per = bl / 32;  // 1 or 8 values per lane
     xb += lane * per;
     float v[8];
@@ -25,6 +37,7 @@ __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int 
     bool zero = amax == 0.0f || isinf(id) || isnan(id);
     qb += lane * per;
     int sum = 0;
+    u32 packed[2] = {0, 0};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         if (i < per) {
@@ -34,9 +47,13 @@ __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int 
                 q = (int)fminf(fmaxf(r, -128.0f), 127.0f);
             }
             qb[i] = (i8)q;
+            packed[i / 4] |= (u32)(q & 0xFF) << (8 * (i % 4));
             sum += q;
         }
     }
+    // Lane l's 8 values are values 8 (l % 4) .. of sub-block l / 4.
+    if (fb != nullptr && per == 8)
+        *(uint2*)(fb + (lane / 4) * 256 + (lane % 4) * 8) = make_uint2(packed[0], packed[1]);
     // Sums of `sl` values: `sl / per` consecutive lanes.
     const int lanes = sl / per;
     for (int s = 1; s < lanes; s <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, s);
@@ -46,19 +63,23 @@ __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int 
 
 // Blocks b .. of a row of `n` values staged at `xs`, one warp each (warps of the thread block
 // in turn): the quantized row `qs` / `d` / `sums` (`actq`'s layout for one row).
+// `fr`: the row's `frag_row` (null: none).
 __device__ __forceinline__ void actq_row(const float* xs, int n, int bl, int sl, i8* qs,
-                                         float* d, i16* sums) {
+                                         float* d, i16* sums, i8* fr) {
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int b = w; b < n / bl; b += nw) {
-        actq_block(xs + b * bl, bl, sl, lane, qs + b * bl, d + b, sums + b * (bl / sl));
+        actq_block(xs + b * bl, bl, sl, lane, qs + b * bl, d + b, sums + b * (bl / sl),
+                   fr ? fr + (size_t)b * 2048 : nullptr);
     }
 }
 
-extern "C" __global__ void actq(const float* x, int n_blocks, int bl, int sl, i8* qs, float* d,
-                                i16* sums) {
+// `nb` blocks per row.
+extern "C" __global__ void actq(const float* x, int n_blocks, int nb, int bl, int sl, i8* qs,
+                                float* d, i16* sums, i8* qf) {
     pdl_enter();
     int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;  // whole warps leave together
+    i8* fr = frag_row(qf, bl, b / nb, nb);
     actq_block(x + (size_t)b * bl, bl, sl, threadIdx.x % 32, qs + (size_t)b * bl, d + b,
-               sums + (size_t)b * (bl / sl));
+               sums + (size_t)b * (bl / sl), fr ? fr + (size_t)(b % nb) * 2048 : nullptr);
 }

@@ -215,7 +215,7 @@ ATTN_FEW_KERNEL(attention_few_64, 64)
 extern "C" __global__ void __launch_bounds__(256)
     attention_merge_q(const int* meta, int n_heads, int hd, int max_chunks,
                       const float* part_ml, const float* part_o, float* out, int bl, int sl,
-                      i8* qs, float* d, i16* sums) {
+                      i8* qs, float* d, i16* sums, i8* qf) {
     pdl_enter();
     __shared__ float sv[256];
     const int r = blockIdx.x, v0 = blockIdx.y * 256, t = threadIdx.x, i = v0 + t;
@@ -230,6 +230,8 @@ extern "C" __global__ void __launch_bounds__(256)
     const int nblk = min(256, qd - v0) / bl, w = t / 32;
     if (w < nblk) {
         const size_t at = (size_t)r * qd + v0 + (size_t)w * bl;
-        actq_block(sv + w * bl, bl, sl, t % 32, qs + at, d + at / bl, sums + at / sl);
+        i8* fr = frag_row(qf, bl, r, qd / bl);
+        actq_block(sv + w * bl, bl, sl, t % 32, qs + at, d + at / bl, sums + at / sl,
+                   fr ? fr + (size_t)(v0 / bl + w) * 2048 : nullptr);
     }
 }

@@ -8,14 +8,15 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
                  const float* __restrict__ w, int n, float eps, int rows,
                  float* __restrict__ out) {
-    rms_row<false, true>(x, y, x, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
+    rms_row<false, true>(x, y, x, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     add_rms_norm_q(float* __restrict__ x, const float* __restrict__ y,
                    const float* __restrict__ w, int n, float eps, int rows,
-                   float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
-    rms_row<true, true>(x, y, x, w, n, eps, rows, out, bl, sl, qs, d, sums);
+                   float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums,
+                   i8* qf) {
+    rms_row<true, true>(x, y, x, w, n, eps, rows, out, bl, sl, qs, d, sums, qf);
 }
 
 // After the q/k/v matmuls of row r (`blockIdx.x`): biases added (`add_bias`; null = none),
@@ -181,7 +182,7 @@ extern "C" __global__ void swiglu_fused(const float* gu, int f, int rows, float*
 // of a row (f a multiple of bl), which it computes, writes and quantizes.
 extern "C" __global__ void swiglu_fused_q(const float* __restrict__ gu, int f, int rows,
                                           float* __restrict__ out, int bl, int sl, i8* qs,
-                                          float* d, i16* sums) {
+                                          float* d, i16* sums, i8* qf) {
     pdl_enter();
     __shared__ float vs[4][256];
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -211,5 +212,7 @@ extern "C" __global__ void swiglu_fused_q(const float* __restrict__ gu, int f, i
         }
     }
     __syncwarp();
-    actq_block(vs[w], bl, sl, lane, qs + (size_t)b * bl, d + b, sums + (size_t)b * (bl / sl));
+    i8* fr = frag_row(qf, bl, r, per_row);
+    actq_block(vs[w], bl, sl, lane, qs + (size_t)b * bl, d + b, sums + (size_t)b * (bl / sl),
+               fr ? fr + (size_t)(b % per_row) * 2048 : nullptr);
 }

@@ -7,7 +7,10 @@
 //
 // Weights are interleaved by 32 columns (`ops::interleave`): for
 // tile `c / 32`, block `b`, 16-byte word `w`, the word of the tile's 32 columns side by side,
-// so that the 32 lanes of a warp read 128 contiguous bytes per load.
+// so that the 32 lanes of a warp read 128 contiguous bytes per load. The forms that read the
+// activations from global memory read them in `frag_row`'s order (actq.cu), where a warp's
+// load of a sub-block of 8 rows is 256 contiguous bytes: in each row's own order it touched 8
+// cache lines, and those loads kept L1 72% busy on 16 rows of 7B's gate|up (Nsight Compute).
 //
 // Fragments of mma.m16n8k32 (lane = 4 * gid + t): A a0 = A[gid][4t..], a1 = A[gid + 8][4t..],
 // a2 = A[gid][16 + 4t..], a3 = A[gid + 8][16 + 4t..]; B b0 = B[4t..][gid], b1 = B[16 + 4t..][gid];
@@ -129,10 +132,11 @@ struct MmaQ4K {
         return f;
     }
     // Sums of NT 8-row tiles: `xg[a]` tile a's row gid's values of this block (past the rows,
-    // any row's: those sums are never stored). `is` = sum_s sc_s * (the mma of sub-block s);
+    // any row's: those sums are never stored), sub-block s at `xg[a] + SB s` (SB = 32: a row's
+    // values in order; 256: `frag_row`'s order). `is` = sum_s sc_s * (the mma of sub-block s);
     // `ms` = sum_s m_s * (sum of the row's values of sub-block s), accumulated by the tensor
     // core with A = m_s in every byte (the CPU takes the same integer from the activation sums).
-    template <int NT>
+    template <int NT, int SB>
     __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT], int t,
                                          int (&is)[NT][4], int (&ms)[NT][4]) const {
 #pragma unroll
@@ -148,7 +152,7 @@ struct MmaQ4K {
             const int sc0 = f.scale(0, s), sc1 = f.scale(1, s);
 #pragma unroll
             for (int a = 0; a < NT; a++) {
-                const uint2 xb = *(const uint2*)(xg[a] + 32 * s + 8 * t);
+                const uint2 xb = *(const uint2*)(xg[a] + SB * s + 8 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, xb.x, xb.y);
                 is[a][0] += sc0 * c[0];
@@ -204,8 +208,9 @@ struct MmaQ6K {
         return f;
     }
     // `is` = sum_g sc_g * sum_i (q_i - 32) x_i: the tensor core takes the weights with the 32
-    // already subtracted (signed bytes), which is the CPU's is - 32 * sum_g sc_g * sr[g].
-    template <int NT>
+    // already subtracted (signed bytes), which is the CPU's is - 32 * sum_g sc_g * sr[g]. Group
+    // g is half g % 2 of sub-block g / 2 (`SB` as for Q4_K).
+    template <int NT, int SB>
     __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT], int t,
                                          int (&is)[NT][4], int (&ms)[NT][4]) const {
 #pragma unroll
@@ -224,7 +229,7 @@ struct MmaQ6K {
             const int sc0 = f.sc(0, g), sc1 = f.sc(1, g);
 #pragma unroll
             for (int a = 0; a < NT; a++) {
-                const u32 b0 = *(const u32*)(xg[a] + 16 * g + 4 * t);
+                const u32 b0 = *(const u32*)(xg[a] + SB * (g / 2) + 16 * (g % 2) + 4 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_k16(c, a0, a1, b0);
                 is[a][0] += sc0 * c[0];
@@ -293,11 +298,13 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
         if (b + S < nb) nx.template load<NA>(wt + (size_t)(b + S) * D::TB, ca, t);
         if (b < nb) {
             const typename D::F f = cu.decode();
+            // `xq` in `frag_row`'s order.
             const i8* xg[NT];
 #pragma unroll
-            for (int a = 0; a < NT; a++) xg[a] = xq + (size_t)xrow[a] * k + (size_t)b * 256;
+            for (int a = 0; a < NT; a++)
+                xg[a] = xq + ((size_t)(xrow[a] / 8) * nb + b) * 2048 + (xrow[a] % 8) * 32;
             int is[NT][4], ms[NT][4];
-            cu.ints(f, xg, t, is, ms);
+            cu.template ints<NT, 256>(f, xg, t, is, ms);
 #pragma unroll
             for (int a = 0; a < NT; a++) {
                 if (S == 1) {
@@ -439,7 +446,7 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
 #pragma unroll
         for (int a = 0; a < NT; a++) xg[a] = s_x + (rw * 8 * NT + 8 * a + gid) * D::XPAD;
         int is[NT][4], ms[NT][4];
-        cu.ints(f, xg, t, is, ms);
+        cu.template ints<NT, 32>(f, xg, t, is, ms);
 #pragma unroll
         for (int a = 0; a < NT; a++) {
             const int l0 = rw * 8 * NT + 8 * a + 2 * t;

@@ -82,7 +82,7 @@ template <bool Q>
 __device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ w, bool v4,
                                            const float4 (&wv)[RMS_V4], int n, float eps,
                                            float* r_shared, float* __restrict__ out, int bl,
-                                           int sl, i8* qs, float* d, i16* sums) {
+                                           int sl, i8* qs, float* d, i16* sums, i8* fr) {
     const int t = threadIdx.x;
     __syncthreads();  // the row is staged
     if (t < 32) {
@@ -115,7 +115,7 @@ __device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ 
     }
     if (Q) {
         __syncthreads();
-        actq_row(xs, n, bl, sl, qs, d, sums);
+        actq_row(xs, n, bl, sl, qs, d, sums, fr);
     }
 }
 
@@ -125,7 +125,7 @@ template <bool Q, bool ADD>
 __device__ __forceinline__ void rms_row(const float* x, const float* __restrict__ y, float* xw,
                                         const float* __restrict__ w, int n, float eps, int rows,
                                         float* __restrict__ out, int bl, int sl, i8* qs, float* d,
-                                        i16* sums) {
+                                        i16* sums, i8* qf) {
     __shared__ __align__(16) float xs[RMS_MAX];
     __shared__ float r;
     const int row = blockIdx.x;
@@ -139,21 +139,25 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
         rms_stage(x + at, ADD ? y + at : nullptr, ADD ? xw + at : nullptr, w, n, xs, wv);
     if (Q) {
         rms_finish<true>(xs, w, v4, wv, n, eps, &r, out + at, bl, sl, qs + at,
-                         d + (size_t)row * (n / bl), sums + (size_t)row * (n / sl));
+                         d + (size_t)row * (n / bl), sums + (size_t)row * (n / sl),
+                         frag_row(qf, bl, row, n / bl));
     } else {
-        rms_finish<false>(xs, w, v4, wv, n, eps, &r, out + at, 0, 0, nullptr, nullptr, nullptr);
+        rms_finish<false>(xs, w, v4, wv, n, eps, &r, out + at, 0, 0, nullptr, nullptr, nullptr,
+                          nullptr);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm(const float* __restrict__ x, const float* __restrict__ w, int n, float eps, int rows,
              float* __restrict__ out) {
-    rms_row<false, false>(x, nullptr, nullptr, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr);
+    rms_row<false, false>(x, nullptr, nullptr, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr,
+                          nullptr);
 }
 
 // `rms_norm`, then its output quantized as `actq` does (one launch instead of two).
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_q(const float* __restrict__ x, const float* __restrict__ w, int n, float eps,
-               int rows, float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums) {
-    rms_row<true, false>(x, nullptr, nullptr, w, n, eps, rows, out, bl, sl, qs, d, sums);
+               int rows, float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums,
+               i8* qf) {
+    rms_row<true, false>(x, nullptr, nullptr, w, n, eps, rows, out, bl, sl, qs, d, sums, qf);
 }

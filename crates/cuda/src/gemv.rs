@@ -172,7 +172,7 @@ impl Gpu {
         };
         // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout and
         // `smem` bytes of dynamic shared memory.
-        unsafe { self.launch_quant(&name, launch, w, n, x, out) }
+        unsafe { self.launch_quant(&name, launch, w, n, x, false, out) }
     }
 }
 

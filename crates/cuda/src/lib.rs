@@ -90,7 +90,8 @@ pub struct Gpu {
     /// [`mma::MmaCfg::for_call`]).
     pub mma_split: Option<usize>,
     /// Forces the tensor-core configuration of calls over 64 rows (`TENSORFOLD_CUDA_MMA_MANY`
-    /// = a suffix such as `2_1_1` or `st_2_4_2`, for measuring; which runs never changes a bit).
+    /// = a staged suffix such as `st_2_4_2`, for measuring; which runs never changes a bit; the
+    /// other forms read the activations' tensor-core copy, written for up to 64 rows).
     pub mma_many: Option<mma::MmaCfg>,
     /// The few-row tensor-core form on the calls [`mma::MmaCfg::few_for`] gives it
     /// (`TENSORFOLD_CUDA_MMA_FEW`, for measuring: `0` turns it off (`Some(None)`), a suffix

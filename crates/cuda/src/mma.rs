@@ -4,7 +4,7 @@
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_core::DType;
 
-use crate::ops::{grid, interleaved_fits, DevAct};
+use crate::ops::{grid, interleaved_fits, DevAct, FRAG_MAX_ROWS};
 use crate::{CudaError, Gpu, Result};
 
 /// One compiled configuration of the mma kernels: 8 `nt` rows per warp tile, `s` warps
@@ -84,6 +84,12 @@ impl MmaCfg {
             h,
             st,
         }
+    }
+
+    /// Whether the kernel reads the activations in [`DevAct::frag`]'s order (the forms that
+    /// read them from global memory; the staged ones copy [`DevAct::qs`]'s rows to shared memory).
+    pub fn reads_frag(&self) -> bool {
+        self.cw == 1 && !self.st
     }
 
     /// The kernel's name suffix (after the type's base name).
@@ -266,6 +272,14 @@ impl Gpu {
                 "matmul_mma: no kernel for {cfg:?}"
             )));
         }
+        if cfg.reads_frag() && !x.has_frag {
+            return Err(CudaError::Usage(format!(
+                "matmul_mma: {} reads the activations' tensor-core copy, written for calls of \
+                 up to {FRAG_MAX_ROWS} rows ({} here)",
+                cfg.suffix(),
+                x.rows
+            )));
+        }
         let name = format!("{base}_{}", cfg.suffix());
         let launch = cfg.launch(dtype, x.rows, n);
         if launch.shared_mem_bytes as usize > self.smem_optin {
@@ -280,7 +294,7 @@ impl Gpu {
         // SAFETY: sizes checked above and rows >= 1; the kernel reads tiles of the interleaved
         // layout, rows up to `rows - 1` (and the few-row form `launch.shared_mem_bytes` of
         // dynamic shared memory).
-        unsafe { self.launch_quant(&name, launch, w, n, x, out) }
+        unsafe { self.launch_quant(&name, launch, w, n, x, cfg.reads_frag(), out) }
     }
 }
 

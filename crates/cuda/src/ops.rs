@@ -16,6 +16,34 @@ pub struct DevAct {
     pub qs: CudaSlice<i8>,
     pub d: CudaSlice<f32>,
     pub sums: CudaSlice<i16>,
+    /// With blocks of 256 values and up to [`FRAG_MAX_ROWS`] rows, the same codes in the
+    /// tensor-core matmuls' order (`actq.cu`'s `frag_row`: rows in groups of 8, each group's
+    /// sub-blocks of 32 values 8 rows side by side), written by every kernel that quantizes;
+    /// room for [`frag_len`] bytes.
+    pub frag: CudaSlice<i8>,
+    /// Whether the last quantization wrote [`frag`](Self::frag).
+    pub has_frag: bool,
+}
+
+/// The most rows whose quantization also writes [`DevAct::frag`]: the tensor-core forms that
+/// read it run up to 64 rows; over that (prefill) the staged form copies the rows as they are,
+/// and the second copy would only cost writes.
+pub const FRAG_MAX_ROWS: usize = 64;
+
+/// Where value `v` of row `row` (rows of `k` values) lies in [`DevAct::frag`] (`frag_row` in
+/// actq.cu): group `row / 8`'s block `v / 256` (2,048 bytes), its sub-block `v % 256 / 32`
+/// (256 bytes), row `row % 8`'s 32 values.
+pub fn frag_index(row: usize, v: usize, k: usize) -> usize {
+    ((row / 8) * (k / 256) + v / 256) * 2048 + (v % 256 / 32) * 256 + (row % 8) * 32 + v % 32
+}
+
+/// Bytes of [`DevAct::frag`] for `rows` rows of `k` values in blocks of `block`: whole groups
+/// of 8 rows for blocks of 256 values, none otherwise.
+pub fn frag_len(block: ActBlock, rows: usize, k: usize) -> usize {
+    match block {
+        ActBlock::B256 => rows.min(FRAG_MAX_ROWS).div_ceil(8) * 8 * k,
+        _ => 0,
+    }
 }
 
 /// The trailing arguments of the kernels that also quantize their output (`bl, sl, qs, d,
@@ -33,6 +61,7 @@ impl<'a> QuantArgs<'a> {
             || act.qs.len() < rows * k
             || act.d.len() < rows * k / bl
             || act.sums.len() < rows * k / sl
+            || act.frag.len() < frag_len(act.block, rows, k)
         {
             return Err(CudaError::Usage(format!(
                 "quantized output: k={k} rows={rows} block {bl}"
@@ -40,6 +69,7 @@ impl<'a> QuantArgs<'a> {
         }
         act.rows = rows;
         act.k = k;
+        act.has_frag = bl == 256 && rows <= FRAG_MAX_ROWS;
         Ok(QuantArgs {
             bl: bl as i32,
             sl: sl as i32,
@@ -53,6 +83,12 @@ impl<'a> QuantArgs<'a> {
             .arg(&mut self.act.qs)
             .arg(&mut self.act.d)
             .arg(&mut self.act.sums);
+        // The kernels write `frag` where the pointer is not null.
+        if self.act.has_frag {
+            l.arg(&mut self.act.frag);
+        } else {
+            l.arg(&0u64);
+        }
     }
 }
 
@@ -219,6 +255,8 @@ impl Gpu {
             qs: self.zeros(n)?,
             d: self.zeros(n / block.values())?,
             sums: self.zeros(n / block.sum_len())?,
+            frag: self.zeros(frag_len(block, rows, k))?,
+            has_frag: false,
         })
     }
 
@@ -248,9 +286,9 @@ impl Gpu {
             return Err(CudaError::Usage(format!("quantize: k={k} rows={rows}")));
         }
         let n_blocks = rows * k / act.block.values();
+        let (nb, per_row) = (n_blocks as i32, (k / act.block.values()) as i32);
         let mut qa = QuantArgs::new(act, rows, k)?;
         let f = self.function("actq")?;
-        let nb = n_blocks as i32;
         // One warp per block of values.
         let cfg = LaunchConfig {
             grid_dim: (grid(n_blocks, 4), 1, 1),
@@ -258,7 +296,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let mut l = self.launcher(&f);
-        l.arg(x).arg(&nb);
+        l.arg(x).arg(&nb).arg(&per_row);
         qa.push(&mut l);
         // SAFETY: argument types and lengths match the kernel's signature and indexing.
         unsafe { l.launch(cfg) }?;
@@ -307,14 +345,16 @@ impl Gpu {
             "matmul_tt_q4k_i"
         };
         // SAFETY: sizes checked above; the kernel reads tiles of the interleaved layout.
-        unsafe { self.launch_quant(name, tile_launch(x.rows, n), w, n, x, out) }
+        unsafe { self.launch_quant(name, tile_launch(x.rows, n), w, n, x, false, out) }
     }
 
-    /// Launches a quantized matmul kernel `(w, n, k, xq, xd, xs, rows, out)`.
+    /// Launches a quantized matmul kernel `(w, n, k, xq, xd, xs, rows, out)`; `frag`: `xq` is
+    /// [`DevAct::frag`] (the kernel reads that order), else [`DevAct::qs`].
     ///
     /// # Safety
     /// `w` must hold `n` weight rows of `x.k` values in the layout the kernel reads and `out`
     /// room for `x.rows * n` values.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch_quant(
         &self,
         name: &str,
@@ -322,6 +362,7 @@ impl Gpu {
         w: &CudaSlice<u8>,
         n: usize,
         x: &DevAct,
+        frag: bool,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let f = self.function(name)?;
@@ -330,7 +371,7 @@ impl Gpu {
         l.arg(w)
             .arg(&ni)
             .arg(&ki)
-            .arg(&x.qs)
+            .arg(if frag { &x.frag } else { &x.qs })
             .arg(&x.d)
             .arg(&x.sums)
             .arg(&ri)
@@ -368,7 +409,9 @@ impl Gpu {
             let suffix = if x.rows <= 2 { "_r2" } else { "" };
             let name = format!("{}{suffix}", name.replace("matmul_", "matmul_tt_"));
             // SAFETY: sizes checked above.
-            return unsafe { self.launch_quant(&name, tile_launch(x.rows, n), w, n, x, out) };
+            return unsafe {
+                self.launch_quant(&name, tile_launch(x.rows, n), w, n, x, false, out)
+            };
         }
         let tile = row_tile(dtype, x.rows);
         let name = if tile == 1 {
@@ -383,7 +426,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         // SAFETY: sizes checked above.
-        unsafe { self.launch_quant(&name, cfg, w, n, x, out) }
+        unsafe { self.launch_quant(&name, cfg, w, n, x, false, out) }
     }
 
     /// `out[r * n + c] = x[r] · w[c]` for float weights (F32, F16, BF16: `w` their raw bytes),
@@ -577,5 +620,29 @@ mod tests {
                 "{dtype}"
             );
         }
+    }
+
+    #[test]
+    fn the_tensor_core_copy_places_every_value_once_in_its_rows_group() {
+        let k = 768;
+        for rows in [1, 7, 8, 9, 64] {
+            let len = frag_len(ActBlock::B256, rows, k);
+            assert_eq!(len, rows.div_ceil(8) * 8 * k);
+            let mut seen = vec![false; len];
+            for r in 0..rows {
+                for v in 0..k {
+                    let i = frag_index(r, v, k);
+                    assert!(!seen[i], "rows {rows}: row {r} value {v} shares {i}");
+                    seen[i] = true;
+                    // A warp's load of sub-block s of 8 rows (row gid, values 8t .. 8t + 7 of
+                    // lane 4 gid + t) reads 256 contiguous bytes.
+                    let (g0, s) = (frag_index(r - r % 8, v - v % 32, k), v % 256 / 32);
+                    assert_eq!(g0, ((r / 8) * (k / 256) + v / 256) * 2048 + 256 * s);
+                    assert!(i - g0 < 256);
+                }
+            }
+        }
+        assert_eq!(frag_len(ActBlock::B256, 200, k), 64 * k);
+        assert_eq!(frag_len(ActBlock::B32, 8, k), 0);
     }
 }
