@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use tf_core::DType;
 use tf_cuda::mma::{MmaCfg, MMA_CFGS};
-use tf_cuda::ops::{DevAct, MatmulForm, FRAG_MAX_ROWS};
+use tf_cuda::ops::{DevAct, MatmulForm};
 use tf_cuda::Gpu;
 use tf_kernels::actq::{ActBlock, QuantAct};
 use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
@@ -97,7 +97,7 @@ pub(crate) fn quant_equal(
         .filter(|(a, b)| a == b)
         .count();
     // The tensor-core copy, where the quantization wrote one: every code in its place.
-    let (feq, ftotal) = if got.has_frag {
+    let (feq, ftotal) = if got.has_frag() {
         let frag = gpu.download(&got.frag)?;
         let eq = (0..rows * k)
             .filter(|&i| frag[tf_cuda::ops::frag_index(i / k, i % k, k)] == want.qs[i])
@@ -247,16 +247,16 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         }
         for &kernel in &kernels {
             for &rows in &args.rows {
-                // The forms that read the activations' tensor-core copy run up to the rows it
-                // is written for (`FRAG_MAX_ROWS`).
-                if matches!(kernel, Kernel::Mma(c) if c.reads_frag() && rows > FRAG_MAX_ROWS) {
-                    continue;
-                }
-                let mut out = gpu.zeros::<f32>(rows * N)?;
                 let act = match block {
                     Some(b) => Some(gpu.quantize(&dx, rows, K, b)?),
                     None => None,
                 };
+                // The forms that read the activations' tensor-core copy run up to the rows it
+                // is written for.
+                if matches!((kernel, &act), (Kernel::Mma(c), Some(a)) if !c.takes(a)) {
+                    continue;
+                }
+                let mut out = gpu.zeros::<f32>(rows * N)?;
                 let mut launch = || -> Result<()> {
                     match (&act, kernel, &dil) {
                         (Some(a), Kernel::Form(f), _) => {
@@ -481,7 +481,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
                 let act = gpu.quantize(&dx, rows, k, block)?;
                 let mut out = gpu.zeros::<f32>(rows * n)?;
                 for &cfg in &cfgs {
-                    if cfg.is_some_and(|c| c.reads_frag() && rows > FRAG_MAX_ROWS) {
+                    if cfg.is_some_and(|c| !c.takes(&act)) {
                         continue;
                     }
                     let mut go = || Ok(gpu.matmul_mma(dtype, &dil, n, &act, &mut out, cfg)?);

@@ -9,16 +9,21 @@
 // of 8; group g's block b is the 2,048 bytes at (g * nb + b) * 2048, its sub-block s (values
 // 32 s .. 32 s + 31) the 256 bytes at 256 s, row r % 8's 32 values at 32 (r % 8). A warp's
 // load of one sub-block of 8 rows (lane 4 gid + t: row gid, values 8t .. 8t + 7) then reads
-// 256 contiguous bytes, two cache lines instead of eight. Row `row`'s part of block 0 (null
-// where `qf` is null or the blocks are not of 256 values); block b is `2048 b` further.
-__device__ __forceinline__ i8* frag_row(i8* qf, int bl, size_t row, int nb) {
-    if (qf == nullptr || bl != 256) return nullptr;
-    return qf + ((row / 8) * nb) * 2048 + (row % 8) * 32;
+// 256 contiguous bytes, two cache lines instead of eight. The offset of row `row`'s part of
+// block b (rows of `nb` blocks).
+__device__ __forceinline__ size_t frag_offset(size_t row, int b, int nb) {
+    return ((row / 8) * nb + b) * 2048 + (row % 8) * 32;
+}
+
+// Where a quantizing kernel writes that part: null where `qf` is null (no copy asked for) or
+// the blocks are not of 256 values.
+__device__ __forceinline__ i8* frag_block(i8* qf, int bl, size_t row, int b, int nb) {
+    return qf != nullptr && bl == 256 ? qf + frag_offset(row, b, nb) : nullptr;
 }
 
 // The block of `bl` values at `xb` by one warp: codes to `qb`, the scale to `*db`, the sums of
 // `sl` values to `sb`.
-// `fb`: the block's place in `frag_row`'s order (null: none).
+// `fb`: the block's place in `frag_offset`'s order (null: none).
 __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int lane, i8* qb,
                                            float* db, i16* sb, i8* fb) {
     const int per = bl / 32;  // 1 or 8 values per lane
@@ -63,13 +68,13 @@ __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int 
 
 // Blocks b .. of a row of `n` values staged at `xs`, one warp each (warps of the thread block
 // in turn): the quantized row `qs` / `d` / `sums` (`actq`'s layout for one row).
-// `fr`: the row's `frag_row` (null: none).
+// `qf`: the copy in `frag_offset`'s order (null: none), of which this is row `row`.
 __device__ __forceinline__ void actq_row(const float* xs, int n, int bl, int sl, i8* qs,
-                                         float* d, i16* sums, i8* fr) {
+                                         float* d, i16* sums, i8* qf, int row) {
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int b = w; b < n / bl; b += nw) {
         actq_block(xs + b * bl, bl, sl, lane, qs + b * bl, d + b, sums + b * (bl / sl),
-                   fr ? fr + (size_t)b * 2048 : nullptr);
+                   frag_block(qf, bl, row, b, n / bl));
     }
 }
 
@@ -79,7 +84,6 @@ extern "C" __global__ void actq(const float* x, int n_blocks, int nb, int bl, in
     pdl_enter();
     int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;  // whole warps leave together
-    i8* fr = frag_row(qf, bl, b / nb, nb);
     actq_block(x + (size_t)b * bl, bl, sl, threadIdx.x % 32, qs + (size_t)b * bl, d + b,
-               sums + (size_t)b * (bl / sl), fr ? fr + (size_t)(b % nb) * 2048 : nullptr);
+               sums + (size_t)b * (bl / sl), frag_block(qf, bl, b / nb, b % nb, nb));
 }

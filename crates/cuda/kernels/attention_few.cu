@@ -230,8 +230,7 @@ extern "C" __global__ void __launch_bounds__(256)
     const int nblk = min(256, qd - v0) / bl, w = t / 32;
     if (w < nblk) {
         const size_t at = (size_t)r * qd + v0 + (size_t)w * bl;
-        i8* fr = frag_row(qf, bl, r, qd / bl);
         actq_block(sv + w * bl, bl, sl, t % 32, qs + at, d + at / bl, sums + at / sl,
-                   fr ? fr + (size_t)(v0 / bl + w) * 2048 : nullptr);
+                   frag_block(qf, bl, r, v0 / bl + w, qd / bl));
     }
 }

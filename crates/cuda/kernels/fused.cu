@@ -212,7 +212,6 @@ extern "C" __global__ void swiglu_fused_q(const float* __restrict__ gu, int f, i
         }
     }
     __syncwarp();
-    i8* fr = frag_row(qf, bl, r, per_row);
     actq_block(vs[w], bl, sl, lane, qs + (size_t)b * bl, d + b, sums + (size_t)b * (bl / sl),
-               fr ? fr + (size_t)(b % per_row) * 2048 : nullptr);
+               frag_block(qf, bl, r, b % per_row, per_row));
 }

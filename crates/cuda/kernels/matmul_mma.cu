@@ -8,7 +8,7 @@
 // Weights are interleaved by 32 columns (`ops::interleave`): for
 // tile `c / 32`, block `b`, 16-byte word `w`, the word of the tile's 32 columns side by side,
 // so that the 32 lanes of a warp read 128 contiguous bytes per load. The forms that read the
-// activations from global memory read them in `frag_row`'s order (actq.cu), where a warp's
+// activations from global memory read them in `frag_offset`'s order (actq.cu), where a warp's
 // load of a sub-block of 8 rows is 256 contiguous bytes: in each row's own order it touched 8
 // cache lines, and those loads kept L1 72% busy on 16 rows of 7B's gate|up (Nsight Compute).
 //
@@ -133,7 +133,7 @@ struct MmaQ4K {
     }
     // Sums of NT 8-row tiles: `xg[a]` tile a's row gid's values of this block (past the rows,
     // any row's: those sums are never stored), sub-block s at `xg[a] + SB s` (SB = 32: a row's
-    // values in order; 256: `frag_row`'s order). `is` = sum_s sc_s * (the mma of sub-block s);
+    // values in order; 256: `frag_offset`'s order). `is` = sum_s sc_s * (the mma of sub-block s);
     // `ms` = sum_s m_s * (sum of the row's values of sub-block s), accumulated by the tensor
     // core with A = m_s in every byte (the CPU takes the same integer from the activation sums).
     template <int NT, int SB>
@@ -298,11 +298,10 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
         if (b + S < nb) nx.template load<NA>(wt + (size_t)(b + S) * D::TB, ca, t);
         if (b < nb) {
             const typename D::F f = cu.decode();
-            // `xq` in `frag_row`'s order.
+            // `xq` in `frag_offset`'s order.
             const i8* xg[NT];
 #pragma unroll
-            for (int a = 0; a < NT; a++)
-                xg[a] = xq + ((size_t)(xrow[a] / 8) * nb + b) * 2048 + (xrow[a] % 8) * 32;
+            for (int a = 0; a < NT; a++) xg[a] = xq + frag_offset(xrow[a], b, nb);
             int is[NT][4], ms[NT][4];
             cu.template ints<NT, 256>(f, xg, t, is, ms);
 #pragma unroll

@@ -12,7 +12,7 @@
 // chains over the round's blocks in order. The exchange costs instructions (Nsight Compute, 16
 // rows of 7B's gate|up: 27.9 M against 16.5 M), so this form wins only where the others leave
 // the GPU short of warps: matrices of a few thousand columns (`MmaCfg::few_for`). Without ST
-// the activations are read in `frag_row`'s order (actq.cu), as in `matmul_mma`.
+// the activations are read in `frag_offset`'s order (actq.cu), as in `matmul_mma`.
 
 #define FW_PAD 1  // int2 padding per exchange row
 
@@ -98,8 +98,8 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
                 const int rg = min(row0 + 8 * a + gid, rows - 1);
                 if (ST)
                     xg[a] = s_x + (((size_t)buf * S + slot) * R8 + 8 * a + gid) * D::XPAD;
-                else  // `xq` in `frag_row`'s order
-                    xg[a] = xq + ((size_t)(rg / 8) * nb + b) * 2048 + (rg % 8) * 32;
+                else  // `xq` in `frag_offset`'s order
+                    xg[a] = xq + frag_offset(rg, b, nb);
             }
             int is[NT][4], ms[NT][4];
             cu.template ints<NT, ST ? 32 : 256>(f, xg, t, is, ms);

@@ -82,7 +82,8 @@ template <bool Q>
 __device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ w, bool v4,
                                            const float4 (&wv)[RMS_V4], int n, float eps,
                                            float* r_shared, float* __restrict__ out, int bl,
-                                           int sl, i8* qs, float* d, i16* sums, i8* fr) {
+                                           int sl, i8* qs, float* d, i16* sums, i8* qf,
+                                           int row) {
     const int t = threadIdx.x;
     __syncthreads();  // the row is staged
     if (t < 32) {
@@ -115,7 +116,7 @@ __device__ __forceinline__ void rms_finish(float* xs, const float* __restrict__ 
     }
     if (Q) {
         __syncthreads();
-        actq_row(xs, n, bl, sl, qs, d, sums, fr);
+        actq_row(xs, n, bl, sl, qs, d, sums, qf, row);
     }
 }
 
@@ -139,11 +140,10 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
         rms_stage(x + at, ADD ? y + at : nullptr, ADD ? xw + at : nullptr, w, n, xs, wv);
     if (Q) {
         rms_finish<true>(xs, w, v4, wv, n, eps, &r, out + at, bl, sl, qs + at,
-                         d + (size_t)row * (n / bl), sums + (size_t)row * (n / sl),
-                         frag_row(qf, bl, row, n / bl));
+                         d + (size_t)row * (n / bl), sums + (size_t)row * (n / sl), qf, row);
     } else {
         rms_finish<false>(xs, w, v4, wv, n, eps, &r, out + at, 0, 0, nullptr, nullptr, nullptr,
-                          nullptr);
+                          nullptr, row);
     }
 }
 

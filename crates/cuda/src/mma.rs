@@ -92,6 +92,12 @@ impl MmaCfg {
         self.cw == 1 && !self.st
     }
 
+    /// Whether the kernel can take the activations `x`: the forms that read the tensor-core
+    /// copy, only where the quantization wrote one (up to [`FRAG_MAX_ROWS`] rows).
+    pub fn takes(&self, x: &DevAct) -> bool {
+        !self.reads_frag() || x.has_frag()
+    }
+
     /// The kernel's name suffix (after the type's base name).
     pub fn suffix(&self) -> String {
         if self.h > 0 {
@@ -272,7 +278,7 @@ impl Gpu {
                 "matmul_mma: no kernel for {cfg:?}"
             )));
         }
-        if cfg.reads_frag() && !x.has_frag {
+        if !cfg.takes(x) {
             return Err(CudaError::Usage(format!(
                 "matmul_mma: {} reads the activations' tensor-core copy, written for calls of \
                  up to {FRAG_MAX_ROWS} rows ({} here)",

@@ -17,12 +17,17 @@ pub struct DevAct {
     pub d: CudaSlice<f32>,
     pub sums: CudaSlice<i16>,
     /// With blocks of 256 values and up to [`FRAG_MAX_ROWS`] rows, the same codes in the
-    /// tensor-core matmuls' order (`actq.cu`'s `frag_row`: rows in groups of 8, each group's
+    /// tensor-core matmuls' order (`actq.cu`'s `frag_offset`: rows in groups of 8, each group's
     /// sub-blocks of 32 values 8 rows side by side), written by every kernel that quantizes;
     /// room for [`frag_len`] bytes.
     pub frag: CudaSlice<i8>,
-    /// Whether the last quantization wrote [`frag`](Self::frag).
-    pub has_frag: bool,
+}
+
+impl DevAct {
+    /// Whether the quantization of these rows wrote [`frag`](Self::frag).
+    pub fn has_frag(&self) -> bool {
+        self.block == ActBlock::B256 && self.rows <= FRAG_MAX_ROWS
+    }
 }
 
 /// The most rows whose quantization also writes [`DevAct::frag`]: the tensor-core forms that
@@ -30,7 +35,7 @@ pub struct DevAct {
 /// and the second copy would only cost writes.
 pub const FRAG_MAX_ROWS: usize = 64;
 
-/// Where value `v` of row `row` (rows of `k` values) lies in [`DevAct::frag`] (`frag_row` in
+/// Where value `v` of row `row` (rows of `k` values) lies in [`DevAct::frag`] (`frag_offset` in
 /// actq.cu): group `row / 8`'s block `v / 256` (2,048 bytes), its sub-block `v % 256 / 32`
 /// (256 bytes), row `row % 8`'s 32 values.
 pub fn frag_index(row: usize, v: usize, k: usize) -> usize {
@@ -69,7 +74,6 @@ impl<'a> QuantArgs<'a> {
         }
         act.rows = rows;
         act.k = k;
-        act.has_frag = bl == 256 && rows <= FRAG_MAX_ROWS;
         Ok(QuantArgs {
             bl: bl as i32,
             sl: sl as i32,
@@ -84,7 +88,7 @@ impl<'a> QuantArgs<'a> {
             .arg(&mut self.act.d)
             .arg(&mut self.act.sums);
         // The kernels write `frag` where the pointer is not null.
-        if self.act.has_frag {
+        if self.act.has_frag() {
             l.arg(&mut self.act.frag);
         } else {
             l.arg(&0u64);
@@ -256,7 +260,6 @@ impl Gpu {
             d: self.zeros(n / block.values())?,
             sums: self.zeros(n / block.sum_len())?,
             frag: self.zeros(frag_len(block, rows, k))?,
-            has_frag: false,
         })
     }
 
