@@ -148,8 +148,8 @@ fn few_speed(
     Ok(())
 }
 
-/// The pair kernel (q|k in Q4_K and v in Q6_K in one launch) at 7B's and 1.5B's shapes: both
-/// outputs against the CPU, one and two rows.
+/// The pair kernels (q|k in Q4_K and v in Q6_K in one launch) at 7B's and 1.5B's shapes: both
+/// outputs against the CPU, one and two rows (`gvp_*`) and 5-16 (`fwp_*`).
 fn pair(
     gpu: &Gpu,
     level: SimdLevel,
@@ -157,27 +157,35 @@ fn pair(
     seed: u64,
     table: &mut Vec<Row>,
 ) -> Result<()> {
+    const ROWS: usize = 16;
     for (n1, n2, k) in [(4096, 512, 3584), (1792, 256, 1536)] {
-        let x = activations(2, k, seed ^ 0x9a1);
-        let acts = Activations::new(level, &x, 2, k);
+        let x = activations(ROWS, k, seed ^ 0x9a1);
+        let acts = Activations::new(level, &x, ROWS, k);
         let dx = gpu.upload(&x)?;
         let a = TestMatrix::new(gpu, pool, (DType::Q4K, n1, k), seed ^ 0x9a1, &acts)?;
         let b = TestMatrix::new(gpu, pool, (DType::Q6K, n2, k), seed ^ 0x9a2, &acts)?;
-        for rows in 1..=2 {
+        for rows in [1, 2, 5, 8, 9, 16] {
             let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
             let mut o1 = gpu.zeros::<f32>(rows * n1)?;
             let mut o2 = gpu.zeros::<f32>(rows * n2)?;
             let (ma, mb) = ((a.dtype, &a.dev, n1), (b.dtype, &b.dev, n2));
-            let mut go = || gpu.matmul_gemv_pair(ma, mb, &act, &mut o1, &mut o2);
+            let (op, mut go): (&str, Box<dyn FnMut() -> tf_cuda::Result<bool>>) = if rows <= 2 {
+                let go = || gpu.matmul_gemv_pair(ma, mb, &act, &mut o1, &mut o2);
+                ("matmul gemv pair", Box::new(go))
+            } else {
+                let go = || gpu.matmul_mma_few_pair(ma, mb, &act, &mut o1, &mut o2);
+                ("matmul few-row pair", Box::new(go))
+            };
             if !go()? {
-                anyhow::bail!("gemv pair: no kernel for {rows} rows at k={k}");
+                anyhow::bail!("{op}: no kernel for {rows} rows of {n1}+{n2} at k={k}");
             }
             let micros = gpu.time_calls(20, || go().map(|_| ()))?;
+            drop(go);
             for (m, n, out) in [(&a, n1, &o1), (&b, n2, &o2)] {
                 let got = gpu.download(out)?;
                 let (equal, max_diff) = bits_equal(&got, &m.want[..rows * n]);
                 table.push(Row {
-                    op: "matmul gemv pair".into(),
+                    op: op.into(),
                     ty: format!("{} {n}x{k} of {n1}+{n2}", m.dtype),
                     rows,
                     equal,

@@ -19,8 +19,9 @@
 // Dynamic shared memory (`MmaCfg::few_smem` in mma.rs must agree): two buffers of the slots'
 // integer sums [S][R8][16 H + FW_PAD] (int2) and factors [S][16 H] (float2); with ST, then two
 // buffers of the slots' staged activation blocks [S][R8][D::XPAD] (int8).
+// `bx`: the thread block's 16 H columns (`blockIdx.x`, or its place in a pair's half).
 template <class D, int NT, int S, int H, bool ST>
-__device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const i8* xq,
+__device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k, const i8* xq,
                                                const float* xd, int rows, float* out) {
     constexpr int R8 = 8 * NT, COLS = 16 * H, TH = 32 * S * H;
     constexpr int CP = (R8 * COLS + TH - 1) / TH;  // chains per thread
@@ -29,7 +30,7 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
     const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
     const int gid = lane / 4, t = lane % 4;
     const int half = wp % H, slot = wp / H;
-    const int cb = blockIdx.x * COLS;  // the thread block's first column
+    const int cb = bx * COLS;  // the thread block's first column
     const int col0 = cb + 16 * half;   // this warp's first column
     const int row0 = blockIdx.y * R8;
     const bool live = col0 < n;
@@ -152,7 +153,7 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
     extern "C" __global__ void __launch_bounds__(32 * S * H)                                   \
         name##_##P##_##NT##_##S##_##H(const u8* w, int n, int k, const i8* xq,                 \
                                       const float* xd, const i16* xs, int rows, float* out) {  \
-        matmul_mma_few<D, NT, S, H, ST>(w, n, k, xq, xd, rows, out);                           \
+        matmul_mma_few<D, NT, S, H, ST>(blockIdx.x, w, n, k, xq, xd, rows, out);               \
     }
 #define MMA_FEW_CONFIGS(name, D)         \
     MMA_FEW(name, D, 1, 4, 2, false, fw) \
@@ -163,3 +164,20 @@ __device__ __forceinline__ void matmul_mma_few(const u8* w, int n, int k, const 
     MMA_FEW(name, D, 2, 8, 1, true, fws)
 MMA_FEW_CONFIGS(mma_q4k, MmaQ4K)
 MMA_FEW_CONFIGS(mma_q6k, MmaQ6K)
+
+// Two matrices reading the same rows in one launch (a layer's q|k in Q4_K and v in Q6_K, the
+// pair `gvp_*` takes for one or two rows): the first n1 / (16 H) thread blocks take matrix 1,
+// the rest matrix 2, each exactly as alone. Name fwp_q4k_q6k_NT_S_H.
+#define MMA_FEW_PAIR(NT, S, H)                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * S * H) fwp_q4k_q6k_##NT##_##S##_##H(      \
+        const u8* w1, int n1, float* out1, const u8* w2, int n2, float* out2, int k,           \
+        const i8* xq, const float* xd, const i16* xs, int rows) {                              \
+        const int t1 = (n1 + 16 * H - 1) / (16 * H);                                           \
+        if ((int)blockIdx.x < t1)                                                              \
+            matmul_mma_few<MmaQ4K, NT, S, H, false>(blockIdx.x, w1, n1, k, xq, xd, rows, out1); \
+        else                                                                                   \
+            matmul_mma_few<MmaQ6K, NT, S, H, false>(blockIdx.x - t1, w2, n2, k, xq, xd, rows,  \
+                                                    out2);                                     \
+    }
+MMA_FEW_PAIR(1, 8, 1)
+MMA_FEW_PAIR(2, 8, 1)

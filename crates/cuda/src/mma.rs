@@ -45,8 +45,11 @@ pub const MMA_CFGS: &[MmaCfg] = &[
 ];
 
 /// The widest matrix the few-row form takes by default (`TENSORFOLD_CUDA_MMA_FEW_N` overrides,
-/// for measuring): 264 thread blocks of 16 columns, one wave on an H200.
-pub const FEW_MAX_N: usize = 4224;
+/// for measuring): 288 thread blocks of 16 columns, so 7B's 4,608-column q|k|v (1.09 waves on
+/// an H200) as well. There the one-warp form `2_4_1` took 13.1 us for 16 rows, and the 7B
+/// 16-row verify round with greedy ids went 3.692 / 3.733 -> 3.654 / 3.659 ms (H200, after
+/// 512 tokens, interleaved; at 4,224 columns, one wave, before).
+pub const FEW_MAX_N: usize = 4608;
 
 /// The widest matrix whose 9-16 row calls take the few-row form in 8-row tiles: 264 thread
 /// blocks (two 8-row tiles of each 16 columns), one wave on an H200.
@@ -304,6 +307,77 @@ impl Gpu {
     }
 }
 
+/// The configurations `fwp_q4k_q6k_*` compiles (`MMA_FEW_PAIR`): those [`MmaCfg::few_for`]
+/// gives.
+pub const PAIR_CFGS: &[MmaCfg] = &[MmaCfg::few(1, 8, 1, false), MmaCfg::few(2, 8, 1, false)];
+
+impl Gpu {
+    /// `out1 = x · w1ᵀ` and `out2 = x · w2ᵀ` in one launch of the few-row form, for Q4_K `w1`
+    /// and Q6_K `w2` (interleaved), where each alone would take that form (5-16 rows, no
+    /// override by `TENSORFOLD_CUDA_MMA_FEW`), in the configuration of their combined width;
+    /// `false` (nothing launched) elsewhere. The same bits as the two calls.
+    pub fn matmul_mma_few_pair(
+        &self,
+        (d1, w1, n1): (DType, &CudaSlice<u8>, usize),
+        (d2, w2, n2): (DType, &CudaSlice<u8>, usize),
+        x: &DevAct,
+        out1: &mut CudaSlice<f32>,
+        out2: &mut CudaSlice<f32>,
+    ) -> Result<bool> {
+        let rows = x.rows;
+        let each_few =
+            |d: DType, n: usize| MmaCfg::few_for(rows, n).is_some() && !self.gemv_takes(d, rows, n);
+        let cfg = match MmaCfg::few_for(rows, n1 + n2) {
+            Some(c) if PAIR_CFGS.contains(&c) && c.takes(x) => c,
+            _ => return Ok(false),
+        };
+        if (d1, d2) != (DType::Q4K, DType::Q6K)
+            || !self.mma
+            || self.mma_few.is_some()
+            || !each_few(d1, n1)
+            || !each_few(d2, n2)
+        {
+            return Ok(false);
+        }
+        if !interleaved_fits(d1, w1, n1, x, out1) || !interleaved_fits(d2, w2, n2, x, out2) {
+            return Err(CudaError::Usage("matmul_mma_few_pair: sizes".into()));
+        }
+        let cols = 16 * cfg.h;
+        let smem = cfg.few_smem(d1).max(cfg.few_smem(d2));
+        if smem > self.smem_optin {
+            return Ok(false);
+        }
+        let f = self.function(&format!("fwp_q4k_q6k_{}_{}_{}", cfg.nt, cfg.s, cfg.h))?;
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )?;
+        let launch = LaunchConfig {
+            grid_dim: (grid(n1, cols) + grid(n2, cols), grid(rows, 8 * cfg.nt), 1),
+            block_dim: ((32 * cfg.s * cfg.h) as u32, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        let (n1i, n2i, ki, ri) = (n1 as i32, n2 as i32, x.k as i32, rows as i32);
+        let mut l = self.launcher(&f);
+        l.arg(w1)
+            .arg(&n1i)
+            .arg(out1)
+            .arg(w2)
+            .arg(&n2i)
+            .arg(out2)
+            .arg(&ki)
+            .arg(&x.frag)
+            .arg(&x.d)
+            .arg(&x.sums)
+            .arg(&ri);
+        // SAFETY: sizes checked above and rows >= 5; each half reads tiles of its interleaved
+        // layout, the activations' tensor-core copy (written: `takes`), and `smem` bytes of
+        // dynamic shared memory.
+        unsafe { l.launch(launch) }?;
+        Ok(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +406,17 @@ mod tests {
             include_str!("../kernels/matmul_mma.cu"),
             include_str!("../kernels/matmul_mma_few.cu")
         );
+        for rows in 5..=16 {
+            for n in [256, 512, 2048, 2112, 2304, 4096, 4608] {
+                if let Some(c) = MmaCfg::few_for(rows, n) {
+                    assert!(PAIR_CFGS.contains(&c), "{rows} {n}");
+                }
+            }
+        }
+        for c in PAIR_CFGS {
+            let line = format!("MMA_FEW_PAIR({}, {}, {})", c.nt, c.s, c.h);
+            assert!(src.contains(&line), "{line}");
+        }
         for c in MMA_CFGS {
             let line = if c.h > 0 {
                 let p = if c.st { "true, fws" } else { "false, fw" };

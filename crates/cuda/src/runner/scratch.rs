@@ -179,13 +179,15 @@ pub fn matmul_pair(
     out1: &mut CudaSlice<f32>,
     out2: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let few = rows <= gpu.gemv_rows && w1.interleaved && w2.interleaved;
-    if let (true, Some(block)) = (few, act_block(w1.dtype)) {
-        // The quantized input is the one `matmul(w1)` would make; the pair kernel checks the
-        // types and launches nothing where it does not apply.
+    if let (true, Some(block)) = (w1.interleaved && w2.interleaved, act_block(w1.dtype)) {
+        // The quantized input is the one `matmul(w1)` would make; the pair kernels check the
+        // types and row counts and launch nothing where they do not apply.
         let act = acts.quantized(gpu, block, x, tag, rows, w1.k)?;
         let (m1, m2) = ((w1.dtype, &w1.data, w1.n), (w2.dtype, &w2.data, w2.n));
-        if gpu.matmul_gemv_pair(m1, m2, act, out1, out2)? {
+        if rows <= gpu.gemv_rows && gpu.matmul_gemv_pair(m1, m2, act, out1, out2)? {
+            return Ok(());
+        }
+        if gpu.matmul_mma_few_pair(m1, m2, act, out1, out2)? {
             return Ok(());
         }
     }
