@@ -209,32 +209,15 @@ impl Gpu {
         if !interleaved_fits(d1, w1, n1, x, out1) || !interleaved_fits(d2, w2, n2, x, out2) {
             return Err(CudaError::Usage("matmul_gemv_pair: sizes".into()));
         }
-        let f = self.function(&format!("gvp_q4k_q6k_{r}"))?;
-        f.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )?;
         let launch = LaunchConfig {
             grid_dim: (grid(n1, 32) + grid(n2, 32), 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: smem as u32,
         };
-        let (n1i, n2i, ki, ri) = (n1 as i32, n2 as i32, k as i32, x.rows as i32);
-        let mut l = self.launcher(&f);
-        l.arg(w1)
-            .arg(&n1i)
-            .arg(out1)
-            .arg(w2)
-            .arg(&n2i)
-            .arg(out2)
-            .arg(&ki)
-            .arg(&x.qs)
-            .arg(&x.d)
-            .arg(&x.sums)
-            .arg(&ri);
+        let name = format!("gvp_q4k_q6k_{r}");
         // SAFETY: sizes checked above; each half reads tiles of its interleaved layout and
         // `smem` bytes of dynamic shared memory.
-        unsafe { l.launch(launch) }?;
+        unsafe { self.launch_pair(&name, launch, (w1, n1, out1), (w2, n2, out2), x, false) }?;
         Ok(true)
     }
 }

@@ -347,33 +347,16 @@ impl Gpu {
         if smem > self.smem_optin {
             return Ok(false);
         }
-        let f = self.function(&format!("fwp_q4k_q6k_{}_{}_{}", cfg.nt, cfg.s, cfg.h))?;
-        f.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )?;
+        let name = format!("fwp_q4k_q6k_{}_{}_{}", cfg.nt, cfg.s, cfg.h);
         let launch = LaunchConfig {
             grid_dim: (grid(n1, cols) + grid(n2, cols), grid(rows, 8 * cfg.nt), 1),
             block_dim: ((32 * cfg.s * cfg.h) as u32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
-        let (n1i, n2i, ki, ri) = (n1 as i32, n2 as i32, x.k as i32, rows as i32);
-        let mut l = self.launcher(&f);
-        l.arg(w1)
-            .arg(&n1i)
-            .arg(out1)
-            .arg(w2)
-            .arg(&n2i)
-            .arg(out2)
-            .arg(&ki)
-            .arg(&x.frag)
-            .arg(&x.d)
-            .arg(&x.sums)
-            .arg(&ri);
         // SAFETY: sizes checked above and rows >= 5; each half reads tiles of its interleaved
         // layout, the activations' tensor-core copy (written: `takes`), and `smem` bytes of
         // dynamic shared memory.
-        unsafe { l.launch(launch) }?;
+        unsafe { self.launch_pair(&name, launch, (w1, n1, out1), (w2, n2, out2), x, true) }?;
         Ok(true)
     }
 }

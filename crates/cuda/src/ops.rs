@@ -383,6 +383,44 @@ impl Gpu {
         Ok(())
     }
 
+    /// Launches a pair kernel (`gvp_*`, `fwp_*`): `w1` / `n1` / `out1`, then `w2` / `n2` /
+    /// `out2`, k, the activations (with `frag`, in [`DevAct::frag`]'s order), their scales and
+    /// sums, and the row count, with `cfg.shared_mem_bytes` of dynamic shared memory allowed.
+    ///
+    /// # Safety
+    /// Each `w` must hold its `n` weight rows of `x.k` values in the layout the kernel reads, and
+    /// each `out` room for `x.rows * n` values.
+    pub(crate) unsafe fn launch_pair(
+        &self,
+        name: &str,
+        cfg: LaunchConfig,
+        (w1, n1, out1): (&CudaSlice<u8>, usize, &mut CudaSlice<f32>),
+        (w2, n2, out2): (&CudaSlice<u8>, usize, &mut CudaSlice<f32>),
+        x: &DevAct,
+        frag: bool,
+    ) -> Result<()> {
+        let f = self.function(name)?;
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            cfg.shared_mem_bytes as i32,
+        )?;
+        let (n1i, n2i, ki, ri) = (n1 as i32, n2 as i32, x.k as i32, x.rows as i32);
+        let mut l = self.launcher(&f);
+        l.arg(w1)
+            .arg(&n1i)
+            .arg(out1)
+            .arg(w2)
+            .arg(&n2i)
+            .arg(out2)
+            .arg(&ki)
+            .arg(if frag { &x.frag } else { &x.qs })
+            .arg(&x.d)
+            .arg(&x.sums)
+            .arg(&ri);
+        l.launch(cfg)?;
+        Ok(())
+    }
+
     /// [`matmul_q`](Self::matmul_q) with the kernel form chosen.
     pub fn matmul_q_form(
         &self,
