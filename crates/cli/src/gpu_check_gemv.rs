@@ -169,18 +169,22 @@ fn pair(
             let mut o1 = gpu.zeros::<f32>(rows * n1)?;
             let mut o2 = gpu.zeros::<f32>(rows * n2)?;
             let (ma, mb) = ((a.dtype, &a.dev, n1), (b.dtype, &b.dev, n2));
-            let (op, mut go): (&str, Box<dyn FnMut() -> tf_cuda::Result<bool>>) = if rows <= 2 {
-                let go = || gpu.matmul_gemv_pair(ma, mb, &act, &mut o1, &mut o2);
-                ("matmul gemv pair", Box::new(go))
+            let op = if rows <= 2 {
+                "matmul gemv pair"
             } else {
-                let go = || gpu.matmul_mma_few_pair(ma, mb, &act, &mut o1, &mut o2);
-                ("matmul few-row pair", Box::new(go))
+                "matmul few-row pair"
+            };
+            let mut go = || {
+                if rows <= 2 {
+                    gpu.matmul_gemv_pair(ma, mb, &act, &mut o1, &mut o2)
+                } else {
+                    gpu.matmul_mma_few_pair(ma, mb, &act, &mut o1, &mut o2)
+                }
             };
             if !go()? {
                 anyhow::bail!("{op}: no kernel for {rows} rows of {n1}+{n2} at k={k}");
             }
             let micros = gpu.time_calls(20, || go().map(|_| ()))?;
-            drop(go);
             for (m, n, out) in [(&a, n1, &o1), (&b, n2, &o2)] {
                 let got = gpu.download(out)?;
                 let (equal, max_diff) = bits_equal(&got, &m.want[..rows * n]);
