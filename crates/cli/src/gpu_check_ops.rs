@@ -96,13 +96,27 @@ pub(crate) fn quant_equal(
         .zip(&want.sums)
         .filter(|(a, b)| a == b)
         .count();
-    // The tensor-core copy, where the quantization wrote one: every code in its place.
+    // The tensor-core copy, where the quantization wrote one: every code in its place, and
+    // each row's record of its sub-block sums (64 h + l, l in 0..64) for every block.
     let (feq, ftotal) = if got.has_frag() {
         let frag = gpu.download(&got.frag)?;
-        let eq = (0..rows * k)
+        let codes = (0..rows * k)
             .filter(|&i| frag[tf_cuda::ops::frag_index(i / k, i % k, k)] == want.qs[i])
             .count();
-        (eq, rows * k)
+        let subs = rows * k / 32;
+        let records = (0..subs)
+            .filter(|&i| {
+                let (r, b, s) = (i / (k / 32), i % (k / 32) / 8, i % 8);
+                let sum: i32 = want.qs[r * k + 256 * b + 32 * s..][..32]
+                    .iter()
+                    .map(|&q| q as i32)
+                    .sum();
+                let at = tf_cuda::ops::frag_rec_index(r, b, k);
+                let (h, l) = (frag[at + s] as i32, frag[at + 8 + s] as i32);
+                64 * h + l == sum && (0..64).contains(&l)
+            })
+            .count();
+        (codes + records, rows * k + subs)
     } else {
         (0, 0)
     };

@@ -6,26 +6,29 @@
 // (exact in any order), the integer sums are warp sums (exact). Every block is computed alone,
 // whatever the number of rows.
 // The tensor-core matmuls' copy of the 256-value blocks (`qf`, "fragment order"): rows in groups
-// of 8; group g's block b is the 2,048 bytes at (g * nb + b) * 2048, its sub-block s (values
-// 32 s .. 32 s + 31) the 256 bytes at 256 s, row r % 8's 32 values at 32 (r % 8). A warp's
-// load of one sub-block of 8 rows (lane 4 gid + t: row gid, values 8t .. 8t + 7) then reads
-// 256 contiguous bytes, two cache lines instead of eight. The offset of row `row`'s part of
-// block b (rows of `nb` blocks).
+// of 8; group g's block b is the FRAG_GB bytes at (g * nb + b) * FRAG_GB. Its first 2,048 hold
+// the codes: sub-block s (values 32 s .. 32 s + 31) the 256 bytes at 256 s, row r % 8's 32
+// values at 32 (r % 8). A warp's load of one sub-block of 8 rows (lane 4 gid + t: row gid,
+// values 8t .. 8t + 7) then reads 256 contiguous bytes, two cache lines instead of eight. Then
+// each row's 16-byte record of its sub-block sums at 2048 + 16 (r % 8): sum_s = 64 h_s + l_s
+// with l_s in 0..63, bytes h_0 .. h_7 then l_0 .. l_7 (every sum of 32 codes is within
+// +-4,064, so h_s fits a signed byte), the int8 operands of Q4_K's min sums (`MmaQ4K::ints`).
+#define FRAG_GB 2176
+// The offset of row `row`'s codes of block b (rows of `nb` blocks).
 __device__ __forceinline__ size_t frag_offset(size_t row, int b, int nb) {
-    return ((row / 8) * nb + b) * 2048 + (row % 8) * 32;
+    return ((row / 8) * nb + b) * FRAG_GB + (row % 8) * 32;
 }
-
-// Where a quantizing kernel writes that part: null where `qf` is null (no copy asked for) or
-// the blocks are not of 256 values.
-__device__ __forceinline__ i8* frag_block(i8* qf, int bl, size_t row, int b, int nb) {
-    return qf != nullptr && bl == 256 ? qf + frag_offset(row, b, nb) : nullptr;
+// The offset of row `row`'s record of block b.
+__device__ __forceinline__ size_t frag_rec_offset(size_t row, int b, int nb) {
+    return ((row / 8) * nb + b) * FRAG_GB + 2048 + (row % 8) * 16;
 }
 
 // The block of `bl` values at `xb` by one warp: codes to `qb`, the scale to `*db`, the sums of
-// `sl` values to `sb`.
-// `fb`: the block's place in `frag_offset`'s order (null: none).
+// `sl` values to `sb`; with `qf` (not null) and blocks of 256, also row `row`'s codes and
+// record of block `b` (rows of `nb` blocks) in fragment order.
 __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int lane, i8* qb,
-                                           float* db, i16* sb, i8* fb) {
+                                           float* db, i16* sb, i8* qf, size_t row, int b,
+                                           int nb) {
     const int per = bl / 32;  // 1 or 8 values per lane
     xb += lane * per;
     float v[8];
@@ -56,13 +59,25 @@ __device__ __forceinline__ void actq_block(const float* xb, int bl, int sl, int 
             sum += q;
         }
     }
-    // Lane l's 8 values are values 8 (l % 4) .. of sub-block l / 4.
-    if (fb != nullptr && per == 8)
+    // The block's place in fragment order (null: none); lane l's 8 values are values 8 (l % 4)
+    // .. of sub-block l / 4.
+    i8* fb = qf != nullptr && bl == 256 ? qf + frag_offset(row, b, nb) : nullptr;
+    if (fb != nullptr)
         *(uint2*)(fb + (lane / 4) * 256 + (lane % 4) * 8) = make_uint2(packed[0], packed[1]);
     // Sums of `sl` values: `sl / per` consecutive lanes.
     const int lanes = sl / per;
     for (int s = 1; s < lanes; s <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, s);
     if (lane % lanes == 0) sb[lane / lanes] = (i16)sum;
+    // The record (at `frag_rec_offset`; this row's codes are at `frag_offset`) from the sums of
+    // 4 lanes (`sl` is 16 or 32, so 2 or 4 lanes are summed already).
+    if (fb != nullptr) {
+        const int s32 = lanes == 4 ? sum : sum + __shfl_xor_sync(FULL_MASK, sum, 2);
+        if (lane % 4 == 0) {
+            const int o = 2048 - 16 * (int)(row % 8) + lane / 4;
+            fb[o] = (i8)(s32 >> 6);
+            fb[o + 8] = (i8)(s32 & 63);
+        }
+    }
     if (lane == 0) *db = zero ? 0.0f : __fdiv_rn(amax, 127.0f);
 }
 
@@ -73,8 +88,8 @@ __device__ __forceinline__ void actq_row(const float* xs, int n, int bl, int sl,
                                          float* d, i16* sums, i8* qf, int row) {
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int b = w; b < n / bl; b += nw) {
-        actq_block(xs + b * bl, bl, sl, lane, qs + b * bl, d + b, sums + b * (bl / sl),
-                   frag_block(qf, bl, row, b, n / bl));
+        actq_block(xs + b * bl, bl, sl, lane, qs + b * bl, d + b, sums + b * (bl / sl), qf,
+                   row, b, n / bl);
     }
 }
 
@@ -85,5 +100,5 @@ extern "C" __global__ void actq(const float* x, int n_blocks, int nb, int bl, in
     int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;  // whole warps leave together
     actq_block(x + (size_t)b * bl, bl, sl, threadIdx.x % 32, qs + (size_t)b * bl, d + b,
-               sums + (size_t)b * (bl / sl), frag_block(qf, bl, b / nb, b % nb, nb));
+               sums + (size_t)b * (bl / sl), qf, b / nb, b % nb, nb);
 }

@@ -231,6 +231,6 @@ extern "C" __global__ void __launch_bounds__(256)
     if (w < nblk) {
         const size_t at = (size_t)r * qd + v0 + (size_t)w * bl;
         actq_block(sv + w * bl, bl, sl, t % 32, qs + at, d + at / bl, sums + at / sl,
-                   frag_block(qf, bl, r, v0 / bl + w, qd / bl));
+                   qf, r, v0 / bl + w, qd / bl);
     }
 }

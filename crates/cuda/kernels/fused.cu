@@ -11,7 +11,13 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_row<false, true>(x, y, x, w, n, eps, rows, out, 0, 0, nullptr, nullptr, nullptr, nullptr);
 }
 
-extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+// Held to 48 registers (launched with RMS_THREADS = 1024 threads; `__maxnreg__` replaces the
+// launch bounds). Once it also wrote the min-sum records (actq.cu) ptxas gave it 58, and the
+// one-row decode of the 1.5B shape fell from 870 to 846 tok/s (H200); at 48 (no spills) it is
+// back at 867-870. Likely why: 1,024 x 58 registers is nearly a multiprocessor's whole file,
+// so a block launched early (programmatic dependent launch) waits for almost every block of
+// the kernel before it to leave.
+extern "C" __global__ void __maxnreg__(48)
     add_rms_norm_q(float* __restrict__ x, const float* __restrict__ y,
                    const float* __restrict__ w, int n, float eps, int rows,
                    float* __restrict__ out, int bl, int sl, i8* qs, float* d, i16* sums,
@@ -213,5 +219,5 @@ extern "C" __global__ void swiglu_fused_q(const float* __restrict__ gu, int f, i
     }
     __syncwarp();
     actq_block(vs[w], bl, sl, lane, qs + (size_t)b * bl, d + b, sums + (size_t)b * (bl / sl),
-               frag_block(qf, bl, r, b % per_row, per_row));
+               qf, r, b % per_row, per_row);
 }

@@ -66,11 +66,6 @@ __device__ __forceinline__ u32 ldw1(const u8* p) {
     return v;
 }
 
-__device__ __forceinline__ int byte_of(const uint4& v, int i) {
-    const u32 w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
-    return (int)((w >> (8 * (i & 3))) & 0xFF);
-}
-
 // The mma's k positions are any order of a group's values as long as A and B agree: lane t
 // takes values [8t, 8t + 8) of a group of 32 (a0/b0 the first four, a2/b1 the next four), so
 // that its weight and activation bytes are contiguous (8-byte loads).
@@ -101,7 +96,7 @@ struct MmaQ4K {
         u32 sc[2][2], mn[2][2];
         float d[2], dmin[2];
         __device__ __forceinline__ int scale(int ci, int s) const {
-            return (int)((sc[ci][s / 4] >> (8 * (s % 4))) & 0xFF);
+            return (int)__byte_perm(sc[ci][s / 4], 0, 0x4440 + s % 4);
         }
         // Sub-block s's min in every byte (the A operand of the min sums).
         __device__ __forceinline__ u32 mins(int ci, int s) const {
@@ -126,29 +121,34 @@ struct MmaQ4K {
         for (int ci = 0; ci < 2; ci++) {
             const uint4& v = w0[ci];  // d, dmin, then the 12 scale bytes
             q4k_scales_mins(v.y, v.z, v.w, f.sc[ci], f.mn[ci]);
-            f.d[ci] = f16_to_f32((u16)(v.x & 0xFFFF));
-            f.dmin[ci] = f16_to_f32((u16)(v.x >> 16));
+            f.d[ci] = f16_to_f32_arith((u16)(v.x & 0xFFFF));
+            f.dmin[ci] = f16_to_f32_arith((u16)(v.x >> 16));
         }
         return f;
     }
     // Sums of NT 8-row tiles: `xg[a]` tile a's row gid's values of this block (past the rows,
     // any row's: those sums are never stored), sub-block s at `xg[a] + SB s` (SB = 32: a row's
     // values in order; 256: `frag_offset`'s order). `is` = sum_s sc_s * (the mma of sub-block s);
-    // `ms` = sum_s m_s * (sum of the row's values of sub-block s), accumulated by the tensor
-    // core with A = m_s in every byte (the CPU takes the same integer from the activation sums).
-    template <int NT, int SB>
-    __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT], int t,
-                                         int (&is)[NT][4], int (&ms)[NT][4]) const {
+    // `ms` = sum_s m_s * (sum of the row's values of sub-block s), the CPU's integer from its
+    // activation sums. With RC, from the row's record at `xr[a]` (`frag_rec_offset`): two
+    // m16n8k16 mmas of the mins against the sums' 64s and remainders, 64 P_h + P_l. Without,
+    // the tensor core accumulates each sub-block's values with A = m_s in every byte.
+    template <int NT, int SB, bool RC>
+    __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT],
+                                         const i8* const (&xr)[NT], int t, int (&is)[NT][4],
+                                         int (&ms)[NT][4]) const {
 #pragma unroll
         for (int a = 0; a < NT; a++)
 #pragma unroll
             for (int p = 0; p < 4; p++) is[a][p] = ms[a][p] = 0;
+        u32 rw[NT];  // the records' word t, requested before the sub-blocks' mmas
+#pragma unroll
+        for (int a = 0; a < NT; a++) rw[a] = RC ? *(const u32*)(xr[a] + 4 * t) : 0u;
 #pragma unroll
         for (int s = 0; s < 8; s++) {
             const int j = s / 2, sh = 4 * (s % 2);
             const u32 a0 = (q[0][j].x >> sh) & 0x0F0F0F0Fu, a1 = (q[1][j].x >> sh) & 0x0F0F0F0Fu;
             const u32 a2 = (q[0][j].y >> sh) & 0x0F0F0F0Fu, a3 = (q[1][j].y >> sh) & 0x0F0F0F0Fu;
-            const u32 m0 = f.mins(0, s), m1 = f.mins(1, s);
             const int sc0 = f.scale(0, s), sc1 = f.scale(1, s);
 #pragma unroll
             for (int a = 0; a < NT; a++) {
@@ -159,7 +159,25 @@ struct MmaQ4K {
                 is[a][1] += sc0 * c[1];
                 is[a][2] += sc1 * c[2];
                 is[a][3] += sc1 * c[3];
-                mma_k32(ms[a], m0, m1, m0, m1, xb.x, xb.y);
+                if (!RC) {
+                    const u32 m0 = f.mins(0, s), m1 = f.mins(1, s);
+                    mma_k32(ms[a], m0, m1, m0, m1, xb.x, xb.y);
+                }
+            }
+        }
+        if (RC) {
+            // k positions 0..7: m_s against h_s; 8..15: m_s against l_s. Lane t holds k 4t ..
+            // 4t + 3: mins 4 (t % 2) .. of its columns, and word t of the record, kept in the
+            // first mma for t < 2 and in the second for t >= 2.
+            const bool hi = t & 1;
+            const u32 m0 = hi ? f.mn[0][1] : f.mn[0][0], m1 = hi ? f.mn[1][1] : f.mn[1][0];
+#pragma unroll
+            for (int a = 0; a < NT; a++) {
+                const u32 r = rw[a];
+                mma_k16(ms[a], m0, m1, t < 2 ? r : 0u);  // P_h
+#pragma unroll
+                for (int p = 0; p < 4; p++) ms[a][p] *= 64;
+                mma_k16(ms[a], m0, m1, t < 2 ? 0u : r);  // + P_l
             }
         }
     }
@@ -180,7 +198,15 @@ struct MmaQ6K {
     struct F {
         uint4 s[2];  // the 16 signed scales of each column
         float d[2], dmin[2];
-        __device__ __forceinline__ int sc(int ci, int g) const { return (int)(i8)byte_of(s[ci], g); }
+        // Scale g, sign-extended by one byte permute (selector 8 + b: byte b's sign bit; the
+        // `__byte_perm` intrinsic keeps only the low 3 bits of each selector).
+        __device__ __forceinline__ int sc(int ci, int g) const {
+            const int b = g % 4;
+            const u32 w = g < 4 ? s[ci].x : g < 8 ? s[ci].y : g < 12 ? s[ci].z : s[ci].w;
+            int r;
+            asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"(b | (0x888 + 0x111 * b) << 4));
+            return r;
+        }
     };
 
     template <bool NA = false>
@@ -200,32 +226,38 @@ struct MmaQ6K {
         F f;
 #pragma unroll
         for (int ci = 0; ci < 2; ci++) {
-#pragma unroll
             f.s[ci] = sc[ci];
-            f.d[ci] = f16_to_f32(d16[ci]);
+            f.d[ci] = f16_to_f32_arith(d16[ci]);
             f.dmin[ci] = 0.0f;
         }
         return f;
     }
-    // `is` = sum_g sc_g * sum_i (q_i - 32) x_i: the tensor core takes the weights with the 32
-    // already subtracted (signed bytes), which is the CPU's is - 32 * sum_g sc_g * sr[g]. Group
-    // g is half g % 2 of sub-block g / 2 (`SB` as for Q4_K).
-    template <int NT, int SB>
-    __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT], int t,
-                                         int (&is)[NT][4], int (&ms)[NT][4]) const {
+    // `is` = sum_g sc_g * sum_i (q_i - 32) x_i. The tensor core takes 4 (q - 32) as signed
+    // bytes: q - 32 is q with bit 5 flipped, read as a 6-bit two's complement number, so in bits
+    // 2..7 of a byte it reads as 4 (q - 32); the flips are done once per block on qh (its
+    // fields' high bits), and the sums divided by 4 at the end (exact: each is a multiple of 4,
+    // and none exceeds 16 groups x 128 (scale) x 16 values x 128 x 127 = 533 M, within an
+    // int). This is the CPU's is - 32 *
+    // sum_g sc_g * sr[g]. Group g is half g % 2 of sub-block g / 2 (`SB` as for Q4_K). (No min
+    // sums: `xr` and RC are unused.)
+    template <int NT, int SB, bool RC>
+    __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT],
+                                         const i8* const (&xr)[NT], int t, int (&is)[NT][4],
+                                         int (&ms)[NT][4]) const {
 #pragma unroll
         for (int a = 0; a < NT; a++)
 #pragma unroll
             for (int p = 0; p < 4; p++) is[a][p] = ms[a][p] = 0;
+        u32 hx[2][4];
+#pragma unroll
+        for (int ci = 0; ci < 2; ci++)
+#pragma unroll
+            for (int wd = 0; wd < 4; wd++) hx[ci][wd] = qh[ci][wd] ^ 0xAAAAAAAAu;
 #pragma unroll
         for (int g = 0; g < 16; g++) {
             const int n = g / 8, u = (g / 2) % 4, hf = g % 2;
             const int wq = 4 * n + 2 * (u & 1) + hf, wh = 2 * n + hf;
-            const int shq = u >= 2 ? 4 : 0;
-            const u32 a0 = minus32(((ql[0][wq] >> shq) & 0x0F0F0F0Fu) |
-                                   (((qh[0][wh] >> (2 * u)) & 0x03030303u) << 4));
-            const u32 a1 = minus32(((ql[1][wq] >> shq) & 0x0F0F0F0Fu) |
-                                   (((qh[1][wh] >> (2 * u)) & 0x03030303u) << 4));
+            const u32 a0 = x4(ql[0][wq], hx[0][wh], u), a1 = x4(ql[1][wq], hx[1][wh], u);
             const int sc0 = f.sc(0, g), sc1 = f.sc(1, g);
 #pragma unroll
             for (int a = 0; a < NT; a++) {
@@ -238,12 +270,17 @@ struct MmaQ6K {
                 is[a][3] += sc1 * c[3];
             }
         }
+#pragma unroll
+        for (int a = 0; a < NT; a++)
+#pragma unroll
+            for (int p = 0; p < 4; p++) is[a][p] >>= 2;
     }
-    // Four 6-bit values 0..63 to the signed bytes v - 32: v ^ 32 is v - 32 in 6-bit two's
-    // complement; bit 5 times 6 is the two sign bits above it.
-    static __device__ __forceinline__ u32 minus32(u32 v) {
-        const u32 x = v ^ 0x20202020u;
-        return x | ((x & 0x20202020u) * 6u);
+    // Four values 4 (q - 32) of field u: ql's nibble (the high one for u >= 2) in bits 2..5,
+    // field u of the flipped qh in bits 6..7.
+    static __device__ __forceinline__ u32 x4(u32 ql, u32 hx, int u) {
+        const u32 lo = (u >= 2 ? ql >> 2 : ql << 2) & 0x3C3C3C3Cu;
+        const u32 hi = u == 3 ? hx : hx << (6 - 2 * u);
+        return lo | (hi & 0xC0C0C0C0u);
     }
 };
 
@@ -299,11 +336,14 @@ __device__ __forceinline__ void matmul_mma(const u8* w, int n, int k, const i8* 
         if (b < nb) {
             const typename D::F f = cu.decode();
             // `xq` in `frag_offset`'s order.
-            const i8* xg[NT];
+            const i8 *xg[NT], *xr[NT];
 #pragma unroll
-            for (int a = 0; a < NT; a++) xg[a] = xq + frag_offset(xrow[a], b, nb);
+            for (int a = 0; a < NT; a++) {
+                xg[a] = xq + frag_offset(xrow[a], b, nb);
+                xr[a] = xq + frag_rec_offset(xrow[a], b, nb);
+            }
             int is[NT][4], ms[NT][4];
-            cu.template ints<NT, 256>(f, xg, t, is, ms);
+            cu.template ints<NT, 256, true>(f, xg, xr, t, is, ms);
 #pragma unroll
             for (int a = 0; a < NT; a++) {
                 if (S == 1) {
@@ -445,7 +485,7 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
 #pragma unroll
         for (int a = 0; a < NT; a++) xg[a] = s_x + (rw * 8 * NT + 8 * a + gid) * D::XPAD;
         int is[NT][4], ms[NT][4];
-        cu.template ints<NT, 32>(f, xg, t, is, ms);
+        cu.template ints<NT, 32, false>(f, xg, xg, t, is, ms);
 #pragma unroll
         for (int a = 0; a < NT; a++) {
             const int l0 = rw * 8 * NT + 8 * a + 2 * t;

@@ -93,17 +93,20 @@ __device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k
             const typename D::F f = cu.decode();
             // Rows past `rows` read the last row (ST: a staged row never written); their sums
             // are never used.
-            const i8* xg[NT];
+            const i8 *xg[NT], *xr[NT];
 #pragma unroll
             for (int a = 0; a < NT; a++) {
                 const int rg = min(row0 + 8 * a + gid, rows - 1);
-                if (ST)
+                if (ST) {
                     xg[a] = s_x + (((size_t)buf * S + slot) * R8 + 8 * a + gid) * D::XPAD;
-                else  // `xq` in `frag_offset`'s order
+                    xr[a] = xg[a];
+                } else {  // `xq` in `frag_offset`'s order, and the rows' records
                     xg[a] = xq + frag_offset(rg, b, nb);
+                    xr[a] = xq + frag_rec_offset(rg, b, nb);
+                }
             }
             int is[NT][4], ms[NT][4];
-            cu.template ints<NT, ST ? 32 : 256>(f, xg, t, is, ms);
+            cu.template ints<NT, ST ? 32 : 256, !ST>(f, xg, xr, t, is, ms);
             int2* rec = s_rec + (size_t)(buf * S + slot) * RS;
 #pragma unroll
             for (int a = 0; a < NT; a++)

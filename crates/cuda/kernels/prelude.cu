@@ -13,16 +13,23 @@ typedef unsigned int u32;
 
 #define FULL_MASK 0xffffffffu
 
-// IEEE half to single, exact, with the CPU's `unpack::f16_to_f32` bits: the hardware widening
-// (exact for zeros, subnormals and normals), and for infinities and NaNs the CPU's rule (a NaN
-// keeps its payload with the quiet bit set). `gpu-check` compares all 65,536 inputs.
+// IEEE half to single by the hardware widening alone: exact for zeros, subnormals, normals and
+// infinities; a NaN becomes some NaN. The matmul kernels take their block scales this way: a
+// scale only ever enters GPU float arithmetic, which returns its canonical NaN whatever the
+// payload, so the CPU's NaN rule below could change no result of theirs (and cost nine
+// instructions a value, predicated in every block).
+__device__ __forceinline__ float f16_to_f32_arith(u16 h16) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h16));
+    return f;
+}
+
+// IEEE half to single, exact, with the CPU's `unpack::f16_to_f32` bits: the hardware widening,
+// and for infinities and NaNs the CPU's rule (a NaN keeps its payload with the quiet bit set).
+// `gpu-check` compares all 65,536 inputs.
 __device__ __forceinline__ float f16_to_f32(u16 h16) {
     const u32 h = h16;
-    if ((h & 0x7C00u) != 0x7C00u) {
-        float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h16));
-        return f;
-    }
+    if ((h & 0x7C00u) != 0x7C00u) return f16_to_f32_arith(h16);
     const u32 sign = (h & 0x8000u) << 16, m = h & 0x3FFu;
     return __uint_as_float(sign | (m == 0 ? 0x7F800000u : 0x7FC00000u | (m << 13)));
 }

@@ -18,8 +18,9 @@ pub struct DevAct {
     pub sums: CudaSlice<i16>,
     /// With blocks of 256 values and up to [`FRAG_MAX_ROWS`] rows, the same codes in the
     /// tensor-core matmuls' order (`actq.cu`'s `frag_offset`: rows in groups of 8, each group's
-    /// sub-blocks of 32 values 8 rows side by side), written by every kernel that quantizes;
-    /// room for [`frag_len`] bytes.
+    /// sub-blocks of 32 values 8 rows side by side), each block followed by its rows' records of
+    /// sub-block sums ([`frag_rec_index`]), written by every kernel that quantizes; room for
+    /// [`frag_len`] bytes.
     pub frag: CudaSlice<i8>,
 }
 
@@ -35,18 +36,29 @@ impl DevAct {
 /// and the second copy would only cost writes.
 pub const FRAG_MAX_ROWS: usize = 64;
 
+/// Bytes of one (group of 8 rows, block) in [`DevAct::frag`]: 2,048 of codes, then 16 bytes of
+/// record per row (`FRAG_GB` in actq.cu).
+pub const FRAG_GB: usize = 2048 + 8 * 16;
+
 /// Where value `v` of row `row` (rows of `k` values) lies in [`DevAct::frag`] (`frag_offset` in
-/// actq.cu): group `row / 8`'s block `v / 256` (2,048 bytes), its sub-block `v % 256 / 32`
+/// actq.cu): group `row / 8`'s block `v / 256` ([`FRAG_GB`] bytes), its sub-block `v % 256 / 32`
 /// (256 bytes), row `row % 8`'s 32 values.
 pub fn frag_index(row: usize, v: usize, k: usize) -> usize {
-    ((row / 8) * (k / 256) + v / 256) * 2048 + (v % 256 / 32) * 256 + (row % 8) * 32 + v % 32
+    ((row / 8) * (k / 256) + v / 256) * FRAG_GB + (v % 256 / 32) * 256 + (row % 8) * 32 + v % 32
+}
+
+/// Where the record of row `row`'s block `b` starts (`frag_rec_offset` in actq.cu): 16 bytes,
+/// h_0 .. h_7 then l_0 .. l_7, with the sum of sub-block s's 32 codes = 64 h_s + l_s and l_s
+/// in 0..64.
+pub fn frag_rec_index(row: usize, b: usize, k: usize) -> usize {
+    ((row / 8) * (k / 256) + b) * FRAG_GB + 2048 + (row % 8) * 16
 }
 
 /// Bytes of [`DevAct::frag`] for `rows` rows of `k` values in blocks of `block`: whole groups
 /// of 8 rows for blocks of 256 values, none otherwise.
 pub fn frag_len(block: ActBlock, rows: usize, k: usize) -> usize {
     match block {
-        ActBlock::B256 => rows.min(FRAG_MAX_ROWS).div_ceil(8) * 8 * k,
+        ActBlock::B256 => rows.min(FRAG_MAX_ROWS).div_ceil(8) * (k / 256) * FRAG_GB,
         _ => 0,
     }
 }
@@ -664,11 +676,11 @@ mod tests {
     }
 
     #[test]
-    fn the_tensor_core_copy_places_every_value_once_in_its_rows_group() {
+    fn the_tensor_core_copy_places_every_value_and_record_once_in_its_rows_group() {
         let k = 768;
         for rows in [1, 7, 8, 9, 64] {
             let len = frag_len(ActBlock::B256, rows, k);
-            assert_eq!(len, rows.div_ceil(8) * 8 * k);
+            assert_eq!(len, rows.div_ceil(8) * 8 * k * 17 / 16);
             let mut seen = vec![false; len];
             for r in 0..rows {
                 for v in 0..k {
@@ -678,12 +690,25 @@ mod tests {
                     // A warp's load of sub-block s of 8 rows (row gid, values 8t .. 8t + 7 of
                     // lane 4 gid + t) reads 256 contiguous bytes.
                     let (g0, s) = (frag_index(r - r % 8, v - v % 32, k), v % 256 / 32);
-                    assert_eq!(g0, ((r / 8) * (k / 256) + v / 256) * 2048 + 256 * s);
+                    assert_eq!(g0, ((r / 8) * (k / 256) + v / 256) * FRAG_GB + 256 * s);
                     assert!(i - g0 < 256);
                 }
+                for b in 0..k / 256 {
+                    // A tile's 8 records are 128 contiguous bytes, after its codes.
+                    let at = frag_rec_index(r, b, k);
+                    assert_eq!(at - frag_rec_index(r - r % 8, b, k), 16 * (r % 8));
+                    assert_eq!(at % 16, 0);
+                    for (i, s) in seen.iter_mut().enumerate().skip(at).take(16) {
+                        assert!(!*s, "rows {rows}: row {r} record {b} shares {i}");
+                        *s = true;
+                    }
+                }
+            }
+            if rows % 8 == 0 {
+                assert!(seen.iter().all(|&s| s), "rows {rows}: every byte has a use");
             }
         }
-        assert_eq!(frag_len(ActBlock::B256, 200, k), 64 * k);
+        assert_eq!(frag_len(ActBlock::B256, 200, k), 64 * k * 17 / 16);
         assert_eq!(frag_len(ActBlock::B32, 8, k), 0);
     }
 }
