@@ -14,10 +14,11 @@ typedef unsigned int u32;
 #define FULL_MASK 0xffffffffu
 
 // IEEE half to single by the hardware widening alone: exact for zeros, subnormals, normals and
-// infinities; a NaN becomes some NaN. The matmul kernels take their block scales this way: a
-// scale only ever enters GPU float arithmetic, which returns its canonical NaN whatever the
-// payload, so the CPU's NaN rule below could change no result of theirs (and cost nine
-// instructions a value, predicated in every block).
+// infinities; a NaN becomes some NaN. The tensor-core matmuls (matmul_mma.cu) take their block
+// scales this way: a scale only ever enters GPU float arithmetic, which returns its canonical
+// NaN whatever the payload, so the CPU's NaN rule below could change no result of theirs (and
+// cost nine instructions a value, predicated in every block). The other matmul kernels still
+// use `f16_to_f32`; they wait on memory, not on instructions.
 __device__ __forceinline__ float f16_to_f32_arith(u16 h16) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h16));

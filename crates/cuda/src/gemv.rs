@@ -179,7 +179,6 @@ impl Gpu {
 impl Gpu {
     /// `out1 = x · w1ᵀ` and `out2 = x · w2ᵀ` in one launch, for Q4_K `w1` and Q6_K `w2`
     /// (interleaved) and up to 2 rows; `false` (nothing launched) where no pair kernel applies.
-    #[allow(clippy::too_many_arguments)]
     pub fn matmul_gemv_pair(
         &self,
         (d1, w1, n1): (DType, &CudaSlice<u8>, usize),
