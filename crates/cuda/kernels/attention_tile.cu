@@ -30,8 +30,11 @@ struct TileSmem {
     float bl[TILE_QH];              // final sums
     int fl[TILE_QH];                // 0: no keys in the chunk, 1: first chunk, 2: merge
     int slots[KEY_CHUNK];
+    int fresh[KEY_CHUNK];           // 1: written by this call (the split form's first chunk)
     int nk[32];                     // keys of each tile row in this pass (0: not in it)
-    int np[32];                     // keys of each tile row in the current chunk
+    int hk[TILE_QH];                // keys of each head's row in this pass (0: not in it)
+    int np[TILE_QH];                // keys of each head's row in the current chunk
+    int hidx[TILE_QH];              // (row, head) index of each head: row * n_heads + head
     int npt, full, maxk;
 };
 
@@ -108,12 +111,110 @@ __device__ __forceinline__ void tile_dots(const TileSmem<HD>& sm, int qg, int kg
     tile_add(d, d, b0);    // d = c0 + c1
 }
 
+// The next pass's rows: those not in `done` that read the same keys as the first of them.
+// Returns that row (`lead`), or -1 once every row is done; leaves each row's and each head's
+// key count in the pass, and their largest, in shared memory (ends with a barrier).
+template <int HD>
+__device__ __forceinline__ int tile_pass(TileSmem<HD>& sm, const int* meta, int r0, int nr,
+                                         int nq, int G, unsigned done) {
+    const int t = threadIdx.x;
+    int lead = 0;
+    while (lead < nr && ((done >> lead) & 1u)) lead++;
+    if (lead >= nr) return -1;
+    const int* lm = meta + 4 * (r0 + lead);
+    __syncthreads();  // the previous pass is done with the shared arrays
+    if (t < 32) {
+        int nk = 0;
+        if (t < nr && !((done >> t) & 1u)) {
+            const int* m = meta + 4 * (r0 + t);
+            if (m[0] == lm[0] && m[2] == lm[2] && (lm[2] < 0 || m[3] == lm[3])) nk = m[1];
+        }
+        sm.nk[t] = nk;
+        const int hn = __shfl_sync(FULL_MASK, nk, min(t / G, 31));  // head t's row's count
+        if (t < TILE_QH) sm.hk[t] = t < nq ? hn : 0;
+        int mk = nk;
+        for (int s = 16; s > 0; s >>= 1) mk = max(mk, __shfl_xor_sync(FULL_MASK, mk, s));
+        if (t == 0) sm.maxk = mk;
+    }
+    __syncthreads();
+    return lead;
+}
+
+// Chunk c0's bookkeeping: its slots, each head's keys in it, whether every head has all of the
+// chunk's keys or none (`full`), and with `fresh` (rows of this call, at most SPLIT_ROWS) which
+// slots this call writes. Ends with a barrier.
+template <int HD>
+__device__ __forceinline__ void tile_chunk(TileSmem<HD>& sm, const int* lm, const int* tables,
+                                           const int* remaps, const int* fresh, int rows, int c0) {
+    const int t = threadIdx.x;
+    if (t < 32) {
+        const int npt = min(KEY_CHUNK, sm.maxk - c0);
+        if (t < npt) {
+            const int slot = attn_slot(lm, tables, remaps, c0 + t);
+            sm.slots[t] = slot;
+            if (fresh) {
+                int f = 0;
+                for (int rr = 0; rr < rows; rr++) f |= fresh[rr] == slot;
+                sm.fresh[t] = f;
+            }
+        }
+        const int np = min(KEY_CHUNK, max(0, sm.hk[t] - c0));
+        sm.np[t] = np;
+        const bool odd = np != 0 && np != npt;
+        const bool full = !__any_sync(FULL_MASK, odd);
+        if (t == 0) {
+            sm.npt = npt;
+            sm.full = full;
+        }
+    }
+    __syncthreads();
+}
+
+// Stages the chunk's keys (lane-major) and values: all of them (`part` 0), only those this call
+// does not write (1), or only those it does (2, by `sm.fresh`). Every load before any store.
+template <int HD>
+__device__ __forceinline__ void tile_stage(TileSmem<HD>& sm, const float* __restrict__ kc,
+                                           const float* __restrict__ vc, int kv_dim, int kvh,
+                                           int part) {
+    constexpr int DG = HD / 4;
+    constexpr int PER = KEY_CHUNK * DG / TILE_THREADS;  // staged float4s per thread
+    const int t = threadIdx.x, npt = sm.npt;
+    float4 kr[PER], vr[PER];
+    bool take[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = t + j * TILE_THREADS, p = i / DG, c4 = i % DG;
+        take[j] = p < npt && (part == 0 || sm.fresh[p] == (part == 2));
+        if (take[j]) {
+            const size_t at = (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4;
+            kr[j] = __ldg(reinterpret_cast<const float4*>(kc + at));
+            vr[j] = __ldg(reinterpret_cast<const float4*>(vc + at));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = t + j * TILE_THREADS, p = i / DG, c4 = i % DG;
+        if (take[j]) {
+            *reinterpret_cast<float4*>(sm.v + p * HD + 4 * c4) = vr[j];
+            float* d = sm.k + p * (HD + 4);
+            d[tile_perm<HD>(4 * c4)] = kr[j].x;
+            d[tile_perm<HD>(4 * c4 + 1)] = kr[j].y;
+            d[tile_perm<HD>(4 * c4 + 2)] = kr[j].z;
+            d[tile_perm<HD>(4 * c4 + 3)] = kr[j].w;
+        }
+    }
+}
+
+// The split form first stages its first chunk from what the host wrote (metadata, tables, the
+// keys of earlier calls), then waits for the previous kernel (which writes the queries and
+// this call's keys and values) and stages the rest.
 template <int HD, bool SPLIT>
 __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
                                           const float* __restrict__ kc,
                                           const float* __restrict__ vc, const int* meta,
-                                          const int* tables, const int* remaps, int rows,
-                                          int n_heads, int n_kv_heads, float scale, float* out,
+                                          const int* tables, const int* remaps,
+                                          const int* fresh, int rows, int n_heads,
+                                          int n_kv_heads, float scale, float* out,
                                           int max_chunks, float* part_ml, float* part_o) {
     extern __shared__ __align__(16) unsigned char tile_raw[];
     TileSmem<HD>& sm = *reinterpret_cast<TileSmem<HD>*>(tile_raw);
@@ -125,42 +226,43 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
     constexpr int DG = HD / 4;                               // float4s of a head vector
     constexpr int QS = TILE_THREADS / DG;                    // head sets of the value phase
     constexpr int NV = TILE_QH / QS;                         // heads per value thread
-    constexpr int PER = KEY_CHUNK * DG / TILE_THREADS;      // staged float4s per thread
     const int t = threadIdx.x, kvh = blockIdx.y;
     const int G = n_heads / n_kv_heads, R = TILE_QH / G;
     const int r0 = blockIdx.x * R, nr = min(R, rows - r0);
-    if (nr <= 0) return;
+    if (nr <= 0) {
+        pdl_enter();
+        return;
+    }
     const int nq = nr * G;
-    const int qd = n_heads * HD, kv_dim = n_kv_heads * HD;
     constexpr bool split = SPLIT;
     const int c_first = split ? (int)blockIdx.z : 0, c_step = split ? (int)gridDim.z : 1;
     const int kg = t & 7, qg = t >> 3;      // scores: keys kg + 8u, heads qg + 16v
     const int dg = t % DG, qs = t / DG;     // values: dims 4dg..4dg+3, heads qs + QS*v
-    unsigned done = 0;                      // tile rows finished by earlier passes
-    for (;;) {
-        int lead = 0;
-        while (lead < nr && ((done >> lead) & 1u)) lead++;
-        if (lead >= nr) break;
-        const int* lm = meta + 4 * (r0 + lead);
-        __syncthreads();  // the previous pass is done with the shared arrays
-        if (t < 32) {
-            int nk = 0;
-            if (t < nr && !((done >> t) & 1u)) {
-                const int* m = meta + 4 * (r0 + t);
-                if (m[0] == lm[0] && m[2] == lm[2] && (lm[2] < 0 || m[3] == lm[3])) nk = m[1];
-            }
-            sm.nk[t] = nk;
-            int mk = nk;
-            for (int s = 16; s > 0; s >>= 1) mk = max(mk, __shfl_xor_sync(FULL_MASK, mk, s));
-            if (t == 0) sm.maxk = mk;
+    if (t < TILE_QH)
+        sm.hidx[t] = t < nq ? (r0 + t / G) * n_heads + kvh * G + t % G : 0;
+    unsigned done = 0;  // tile rows finished by earlier passes
+    int lead = -1;      // the first row of the pass set up ahead (split form), or -1
+    bool early = false;  // the first chunk of that pass is staged but for this call's keys
+    if (split) {
+        lead = tile_pass(sm, meta, r0, nr, nq, G, 0);
+        if (c_first * KEY_CHUNK < sm.maxk) {
+            tile_chunk(sm, meta + 4 * (r0 + lead), tables, remaps, fresh, rows,
+                       c_first * KEY_CHUNK);
+            tile_stage(sm, kc, vc, n_kv_heads * HD, kvh, 1);
+            early = true;
         }
-        __syncthreads();
+    }
+    pdl_enter();
+    for (;;) {
+        if (lead < 0) lead = tile_pass(sm, meta, r0, nr, nq, G, done);
+        if (lead < 0) break;
+        const int* lm = meta + 4 * (r0 + lead);
+        lead = -1;
         for (int i = t; i < TILE_QH * DG; i += TILE_THREADS) {
-            const int qh = i / DG, c4 = i % DG, row = qh / G;
+            const int qh = i / DG, c4 = i % DG;
             float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (qh < nq && sm.nk[row] > 0)
-                x = *reinterpret_cast<const float4*>(q + (size_t)(r0 + row) * qd +
-                                                     (size_t)(kvh * G + qh % G) * HD + 4 * c4);
+            if (sm.hk[qh] > 0)
+                x = *reinterpret_cast<const float4*>(q + (size_t)sm.hidx[qh] * HD + 4 * c4);
             float* d = sm.q + qh * (HD + 4);
             d[tile_perm<HD>(4 * c4)] = x.x;
             d[tile_perm<HD>(4 * c4 + 1)] = x.y;
@@ -176,42 +278,13 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
             for (int x = 0; x < 4; x++) o[v][x] = 0.0f;
 
         for (int c = c_first; c * KEY_CHUNK < maxk; c += c_step) {
-            const int c0 = c * KEY_CHUNK, npt = min(KEY_CHUNK, maxk - c0);
-            __syncthreads();  // the previous chunk is done with k, v, e, np
-            if (t < 32) {
-                if (t < npt) sm.slots[t] = attn_slot(lm, tables, remaps, c0 + t);
-                const int np = t < nr ? min(KEY_CHUNK, max(0, sm.nk[t] - c0)) : 0;
-                sm.np[t] = np;
-                const bool odd = np != 0 && np != npt;
-                if (t == 0) sm.npt = npt;
-                const bool full = !__any_sync(FULL_MASK, odd);
-                if (t == 0) sm.full = full;
+            if (!early) {
+                __syncthreads();  // the previous chunk is done with k, v, e, np
+                tile_chunk(sm, lm, tables, remaps, (const int*)nullptr, rows, c * KEY_CHUNK);
             }
-            __syncthreads();
-            {
-                float4 kr[PER], vr[PER];
-#pragma unroll
-                for (int j = 0; j < PER; j++) {
-                    const int i = t + j * TILE_THREADS, p = i / DG, c4 = i % DG;
-                    if (p < npt) {
-                        const size_t at = (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4;
-                        kr[j] = __ldg(reinterpret_cast<const float4*>(kc + at));
-                        vr[j] = __ldg(reinterpret_cast<const float4*>(vc + at));
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < PER; j++) {
-                    const int i = t + j * TILE_THREADS, p = i / DG, c4 = i % DG;
-                    if (p < npt) {
-                        *reinterpret_cast<float4*>(sm.v + p * HD + 4 * c4) = vr[j];
-                        float* d = sm.k + p * (HD + 4);
-                        d[tile_perm<HD>(4 * c4)] = kr[j].x;
-                        d[tile_perm<HD>(4 * c4 + 1)] = kr[j].y;
-                        d[tile_perm<HD>(4 * c4 + 2)] = kr[j].z;
-                        d[tile_perm<HD>(4 * c4 + 3)] = kr[j].w;
-                    }
-                }
-            }
+            tile_stage(sm, kc, vc, n_kv_heads * HD, kvh, early ? 2 : 0);
+            early = false;
+            const int npt = sm.npt;
             __syncthreads();
 
             // Scores, chunk max and exponentials.
@@ -221,7 +294,7 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
 #pragma unroll
                 for (int v = 0; v < 2; v++) {
                     const int qh = qg + 16 * v;
-                    const int np = qh < nq ? sm.np[qh / G] : 0;
+                    const int np = sm.np[qh];
                     float mx = NEG_INF;
 #pragma unroll
                     for (int u = 0; u < 4; u++) {
@@ -243,15 +316,28 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
 
             // Chunk sums in ascending key order and the merge factors, one thread per head.
             if (t < TILE_QH) {
-                const int np = t < nq ? sm.np[t / G] : 0;
+                const int np = sm.np[t];
                 int fl = 0;
                 if (np > 0) {
                     float l = 0.0f;
-                    for (int p = 0; p < np; p++) l = __fadd_rn(l, sm.e[t * TILE_ES + p]);
+                    if (np == KEY_CHUNK) {  // all loads first, then the chain
+                        float4 e4[KEY_CHUNK / 4];
+#pragma unroll
+                        for (int j = 0; j < KEY_CHUNK / 4; j++)
+                            e4[j] = *reinterpret_cast<const float4*>(sm.e + t * TILE_ES + 4 * j);
+#pragma unroll
+                        for (int j = 0; j < KEY_CHUNK / 4; j++) {
+                            l = __fadd_rn(l, e4[j].x);
+                            l = __fadd_rn(l, e4[j].y);
+                            l = __fadd_rn(l, e4[j].z);
+                            l = __fadd_rn(l, e4[j].w);
+                        }
+                    } else {
+                        for (int p = 0; p < np; p++) l = __fadd_rn(l, sm.e[t * TILE_ES + p]);
+                    }
                     const float cm = sm.cm[t];
                     if (split) {
-                        const size_t at =
-                            ((size_t)(r0 + t / G) * n_heads + kvh * G + t % G) * max_chunks + c;
+                        const size_t at = (size_t)sm.hidx[t] * max_chunks + c;
                         part_ml[2 * at] = cm;
                         part_ml[2 * at + 1] = l;
                     } else if (c == 0) {
@@ -278,7 +364,7 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
 #pragma unroll
             for (int v = 0; v < NV; v++) {
                 const int qh = qs + QS * v;
-                npq[v] = qh < nq ? sm.np[qh / G] : 0;
+                npq[v] = sm.np[qh];
 #pragma unroll
                 for (int x = 0; x < 4; x++) oc[v][x] = 0.0f;
             }
@@ -324,8 +410,7 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
                 const int qh = qs + QS * v;
                 if (npq[v] == 0) continue;
                 if (split) {
-                    const size_t at =
-                        ((size_t)(r0 + qh / G) * n_heads + kvh * G + qh % G) * max_chunks + c;
+                    const size_t at = (size_t)sm.hidx[qh] * max_chunks + c;
                     *reinterpret_cast<float4*>(part_o + at * HD + 4 * dg) =
                         make_float4(oc[v][0], oc[v][1], oc[v][2], oc[v][3]);
                     continue;
@@ -349,13 +434,12 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
 #pragma unroll
             for (int v = 0; v < NV; v++) {
                 const int qh = qs + QS * v;
-                if (qh >= nq || sm.nk[qh / G] == 0) continue;
+                if (sm.hk[qh] == 0) continue;
                 const float L = sm.bl[qh];
                 float r[4];
 #pragma unroll
                 for (int x = 0; x < 4; x++) r[x] = L > 0.0f ? __fdiv_rn(o[v][x], L) : o[v][x];
-                *reinterpret_cast<float4*>(out + (size_t)(r0 + qh / G) * qd +
-                                           (size_t)(kvh * G + qh % G) * HD + 4 * dg) =
+                *reinterpret_cast<float4*>(out + (size_t)sm.hidx[qh] * HD + 4 * dg) =
                     make_float4(r[0], r[1], r[2], r[3]);
             }
         }
@@ -371,9 +455,10 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
 #define ATTN_TILE_KERNEL(name, hd, split, blocks)                                              \
     extern "C" __global__ void __launch_bounds__(TILE_THREADS, blocks)                         \
         name(const float* q, const float* kc, const float* vc, const int* meta,                \
-             const int* tables, const int* remaps, int rows, int n_heads, int n_kv_heads,      \
-             float scale, float* out, int max_chunks, float* part_ml, float* part_o) { pdl_enter(); \
-        attn_tile<hd, split>(q, kc, vc, meta, tables, remaps, rows, n_heads, n_kv_heads,      \
+             const int* tables, const int* remaps, const int* fresh, int rows, int n_heads,     \
+             int n_kv_heads, float scale, float* out, int max_chunks, float* part_ml,           \
+             float* part_o) {                                                                   \
+        attn_tile<hd, split>(q, kc, vc, meta, tables, remaps, fresh, rows, n_heads, n_kv_heads, \
                              scale, out, max_chunks, part_ml, part_o);                         \
     }
 

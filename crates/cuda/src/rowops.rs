@@ -29,10 +29,11 @@ const ARGMAX_THREADS: u32 = 512;
 const FEW_THREADS: u32 = 128;
 
 /// Shared memory of the tiled kernel for head dimension `hd` (`TileSmem`): queries and keys
-/// in padded rows, values, exponentials, five per-head arrays, then the int bookkeeping.
+/// in padded rows, values, exponentials, five per-head arrays, then the int bookkeeping (six
+/// arrays of 32 and three counts).
 fn tile_smem(hd: usize) -> usize {
     let floats = 2 * TILE_QH * (hd + 4) + 32 * hd + TILE_QH * 40 + 5 * TILE_QH;
-    let ints = 3 * 32 + 3;
+    let ints = 6 * 32 + 3;
     (4 * (floats + ints)).next_multiple_of(16)
 }
 
@@ -202,10 +203,14 @@ impl Gpu {
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem as i32,
             )?;
+            if keys.fresh.len() < rows {
+                return Err(CudaError::Usage("attention: fresh slots".into()));
+            }
             let n = rows as i32;
             let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
-            l.arg(&n)
+            l.arg(keys.fresh)
+                .arg(&n)
                 .arg(&h)
                 .arg(&kvh)
                 .arg(&scale)
