@@ -12,13 +12,17 @@
 // chains over the round's blocks in order. The exchange costs instructions (Nsight Compute, 16
 // rows of 7B's gate|up: 27.9 M against 16.5 M), so this form wins only where the others leave
 // the GPU short of warps: matrices of a few thousand columns (`MmaCfg::few_for`). Without ST
-// the activations are read in `frag_offset`'s order (actq.cu), as in `matmul_mma`.
+// the activations are read in `frag_offset`'s order (actq.cu), as in `matmul_mma`: each warp
+// copies the (8-row group, block) pieces its next round reads into its own two buffers in
+// shared memory with `cp.async` while it computes the current round, so the round's first mma
+// does not wait on the L2.
 
 #define FW_PAD 1  // int2 padding per exchange row
 
 // Dynamic shared memory (`MmaCfg::few_smem` in mma.rs must agree): two buffers of the slots'
-// integer sums [S][R8][16 H + FW_PAD] (int2) and factors [S][16 H] (float2); with ST, then two
-// buffers of the slots' staged activation blocks [S][R8][D::XPAD] (int8).
+// integer sums [S][R8][16 H + FW_PAD] (int2) and factors [S][16 H] (float2); then two buffers
+// of the activations: with ST the slots' staged blocks [S][R8][D::XPAD] (int8), without it each
+// warp's fragment-order pieces [S H][NT][FRAG_GB].
 // `bx`: the thread block's 16 H columns (`blockIdx.x`, or its place in a pair's half).
 template <class D, int NT, int S, int H, bool ST>
 __device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k, const i8* xq,
@@ -40,7 +44,7 @@ __device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k
     extern __shared__ __align__(16) int2 fw_smem[];
     int2* s_rec = fw_smem;                                   // [2][S][R8][COLS + FW_PAD]
     float2* s_f = (float2*)(fw_smem + 2 * S * RS);           // [2][S][COLS]
-    i8* s_x = (i8*)(s_f + 2 * S * COLS);                     // [2][S][R8][XPAD]
+    i8* s_x = (i8*)(s_f + 2 * S * COLS);                     // [2][S][R8][XPAD] or [2][S H][NT][FRAG_GB]
     float chain[CP];
 #pragma unroll
     for (int i = 0; i < CP; i++) chain[i] = 0.0f;
@@ -62,6 +66,31 @@ __device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k
         }
     }
     pdl_enter();
+    // Without ST: this warp's NT pieces of block b into buffer `buf`, as one cp.async group
+    // (empty where the warp has no block b). The pieces are contiguous in shared memory, piece
+    // a read from row group row0 / 8 + a (past the last group, from the last: its sums are
+    // never used), so chunk i of 16 bytes comes from `g0` + 16 i, or `g1` + 16 i in piece 1.
+    const i8* g0 = xq + (size_t)min(row0 / 8, (rows - 1) / 8) * nb * FRAG_GB;
+    const i8* g1 = xq + (size_t)min(row0 / 8 + 1, (rows - 1) / 8) * nb * FRAG_GB - FRAG_GB;
+    auto wstage = [&](int b, int buf) {
+        if (live && b < nb) {
+            constexpr int CHUNKS = NT * FRAG_GB / 16;
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(
+                s_x + (size_t)(buf * S * H + wp) * NT * FRAG_GB);
+            const size_t at = (size_t)b * FRAG_GB;
+#pragma unroll
+            for (int j = 0; j < (CHUNKS + 31) / 32; j++) {
+                const int i = lane + 32 * j;
+                if (i < CHUNKS) {
+                    const i8* src = (i < FRAG_GB / 16 ? g0 : g1) + at + 16 * i;
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + 16 * i),
+                                 "l"(src));
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;");
+    };
+    if (!ST) wstage(slot, 0);
     // ST: round r's activation blocks (S blocks x R8 rows) are copied into buffer r & 1 with
     // cp.async during round r - 1; rows past `rows` are never read.
     auto stage = [&](int r) {
@@ -87,22 +116,41 @@ __device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k
     // One round: block r S + slot of `cu`, the next one's weights loaded into `nx` meanwhile.
     auto one_round = [&](const D& cu, D& nx, int r) {
         const int b = r * S + slot, buf = r & 1;
+        // Two row tiles: the activation scales of this round's chains are requested before
+        // its integer sums (one tile: after, where the registers would cost it a block per
+        // multiprocessor).
+        constexpr bool XE = NT > 1;
+        float xv[CP][S];
+#pragma unroll
+        for (int i = 0; i < CP; i++) {
+            const int rl = (threadIdx.x + i * TH) / COLS, row = row0 + rl;
+#pragma unroll
+            for (int j = 0; j < S; j++)
+                xv[i][j] = XE && rl < R8 && row < rows && r * S + j < nb
+                               ? xd[(size_t)row * nb + r * S + j]
+                               : 0.0f;
+        }
         if (ST && r + 1 < rounds) stage(r + 1);
         if (live && b + S < nb) nx.load(wt + (size_t)(b + S) * D::TB, ca, t);
+        if (!ST) {
+            wstage(b + S, buf ^ 1);
+            asm volatile("cp.async.wait_group 1;" ::: "memory");  // this round's pieces
+            __syncwarp();
+        }
         if (live && b < nb) {
             const typename D::F f = cu.decode();
-            // Rows past `rows` read the last row (ST: a staged row never written); their sums
-            // are never used.
+            // Rows past `rows` read a staged row never written, or another row's codes; their
+            // sums are never used.
             const i8 *xg[NT], *xr[NT];
 #pragma unroll
             for (int a = 0; a < NT; a++) {
-                const int rg = min(row0 + 8 * a + gid, rows - 1);
                 if (ST) {
                     xg[a] = s_x + (((size_t)buf * S + slot) * R8 + 8 * a + gid) * D::XPAD;
                     xr[a] = xg[a];
-                } else {  // `xq` in `frag_offset`'s order, and the rows' records
-                    xg[a] = xq + frag_offset(rg, b, nb);
-                    xr[a] = xq + frag_rec_offset(rg, b, nb);
+                } else {  // the pieces in `frag_offset`'s order, and the rows' records
+                    const i8* pc = s_x + ((size_t)(buf * S * H + wp) * NT + a) * FRAG_GB;
+                    xg[a] = pc + 32 * gid;
+                    xr[a] = pc + 2048 + 16 * gid;
                 }
             }
             int is[NT][4], ms[NT][4];
@@ -129,11 +177,13 @@ __device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k
             const int p = threadIdx.x + i * TH, cl = p % COLS, rl = p / COLS;
             const int row = row0 + rl;
             if (rl < R8 && row < rows) {
-                for (int j = 0; j < S && r * S + j < nb; j++) {
+#pragma unroll
+                for (int j = 0; j < S; j++) {
+                    if (r * S + j >= nb) break;
                     const float2 fj = s_f[(size_t)(buf * S + j) * COLS + cl];
                     const int2 rec = s_rec[(size_t)(buf * S + j) * RS + rl * (COLS + FW_PAD) + cl];
-                    chain[i] = block_step(chain[i], D::SHAPE, fj.x, fj.y,
-                                          xd[(size_t)row * nb + r * S + j], rec.x, rec.y);
+                    const float x = XE ? xv[i][j] : xd[(size_t)row * nb + r * S + j];
+                    chain[i] = block_step(chain[i], D::SHAPE, fj.x, fj.y, x, rec.x, rec.y);
                 }
             }
         }

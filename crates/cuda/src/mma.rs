@@ -219,11 +219,16 @@ impl MmaCfg {
     }
 
     /// Dynamic shared memory of the few-row form (`matmul_mma_few.cu`): two buffers of the
-    /// slots' sums and factors, and with `st` of their activation blocks.
+    /// slots' sums and factors, then two of their activation blocks (`st`) or of each warp's
+    /// fragment-order pieces.
     fn few_smem(&self, dtype: DType) -> usize {
         let (r8, cols) = (8 * self.nt, 16 * self.h);
         let xpad = if dtype == DType::Q4K { 288 } else { 272 };
-        let staged = if self.st { 2 * self.s * r8 * xpad } else { 0 };
+        let staged = if self.st {
+            2 * self.s * r8 * xpad
+        } else {
+            2 * self.s * self.h * self.nt * crate::ops::FRAG_GB
+        };
         2 * self.s * (r8 * (cols + 1) * 8 + cols * 8) + staged
     }
 
