@@ -212,13 +212,12 @@ extern "C" __global__ void attention_split(const float* q, const float* kc, cons
     }
 }
 
-// Dimension t of row r's head h: its chunks' partials folded from chunk 0 with the merge
-// above, then o / L. Each chunk's loads wait for the previous chunk's fold: for the few chunks
+// Dimension t of row r's head h (`n_chunks` chunks): its chunks' partials folded from chunk 0
+// with the merge above, then o / L. Each chunk's loads wait for the previous chunk's fold: for the few chunks
 // of a short context.
-__device__ __forceinline__ float attn_merged(const int* meta, int r, int n_heads, int h, int hd,
+__device__ __forceinline__ float attn_merged(int n_chunks, int r, int n_heads, int h, int hd,
                                              int t, int max_chunks, const float* part_ml,
                                              const float* part_o) {
-    const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
     const size_t base = ((size_t)r * n_heads + h) * max_chunks;
     float bm = NEG_INF, bl = 0.0f, o = 0.0f;
 #pragma unroll 8
@@ -227,6 +226,11 @@ __device__ __forceinline__ float attn_merged(const int* meta, int r, int n_heads
                    part_o[(base + c) * hd + t], bm, bl, o);
     }
     return bl > 0.0f ? __fdiv_rn(o, bl) : o;
+}
+
+// Row r's chunks, from the metadata (written by the host: read before `pdl_enter`).
+__device__ __forceinline__ int attn_chunks(const int* meta, int r) {
+    return (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
 }
 
 // Rows of at most this many chunks merge with `attn_merged`; longer ones in pieces.
@@ -244,17 +248,16 @@ __device__ __forceinline__ float attn_merged(const int* meta, int r, int n_heads
 // Needs a warp per head spanned (at most MERGE_HEADS) and every thread of the block.
 #define MERGE_PIECE 32
 #define MERGE_HEADS 8
-__device__ __forceinline__ float attn_merge_values(const int* meta, int r, int n_heads, int hd,
+__device__ __forceinline__ float attn_merge_values(int n_chunks, int r, int n_heads, int hd,
                                                    int max_chunks, const float* part_ml,
                                                    const float* part_o, int v0, int nv) {
     __shared__ float fa[MERGE_HEADS][MERGE_PIECE], fb[MERGE_HEADS][MERGE_PIECE];
     __shared__ float fl[MERGE_HEADS];
     const int t = threadIdx.x, lane = t % 32, w = t / 32;
-    const int n_chunks = (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
     if (n_chunks <= MERGE_SERIAL) {  // the same for the whole block
         if (t >= nv) return 0.0f;
         const int i = v0 + t;
-        return attn_merged(meta, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
+        return attn_merged(n_chunks, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
     }
     const int h0 = v0 / hd, nh = (v0 + nv - 1) / hd - h0 + 1;
     // The factor warp's head and the chain state its lanes carry across pieces.
@@ -323,8 +326,10 @@ __device__ __forceinline__ float attn_merge_values(const int* meta, int r, int n
 extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd, int max_chunks,
                                            const float* part_ml, const float* part_o,
                                            float* out) {
-    pdl_enter();
     const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
-    const float v = attn_merge_values(meta, r, n_heads, hd, max_chunks, part_ml, part_o, h * hd, hd);
+    const int n_chunks = attn_chunks(meta, r);
+    pdl_enter();
+    const float v =
+        attn_merge_values(n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o, h * hd, hd);
     out[((size_t)r * n_heads + h) * hd + t] = v;
 }

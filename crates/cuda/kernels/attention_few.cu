@@ -216,12 +216,13 @@ extern "C" __global__ void __launch_bounds__(256)
     attention_merge_q(const int* meta, int n_heads, int hd, int max_chunks,
                       const float* part_ml, const float* part_o, float* out, int bl, int sl,
                       i8* qs, float* d, i16* sums, i8* qf) {
-    pdl_enter();
     __shared__ float sv[256];
     const int r = blockIdx.x, v0 = blockIdx.y * 256, t = threadIdx.x, i = v0 + t;
     const int qd = n_heads * hd;
-    const float val =
-        attn_merge_values(meta, r, n_heads, hd, max_chunks, part_ml, part_o, v0, min(256, qd - v0));
+    const int n_chunks = attn_chunks(meta, r);
+    pdl_enter();
+    const float val = attn_merge_values(n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o, v0,
+                                        min(256, qd - v0));
     if (i < qd) {
         out[(size_t)r * qd + i] = val;
         sv[t] = val;
