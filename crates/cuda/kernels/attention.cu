@@ -213,8 +213,8 @@ extern "C" __global__ void attention_split(const float* q, const float* kc, cons
 }
 
 // Dimension t of row r's head h (`n_chunks` chunks): its chunks' partials folded from chunk 0
-// with the merge above, then o / L. Each chunk's loads wait for the previous chunk's fold: for the few chunks
-// of a short context.
+// with the merge above, then o / L. Each chunk's loads wait for the previous chunk's fold: for
+// the few chunks of a short context.
 __device__ __forceinline__ float attn_merged(int n_chunks, int r, int n_heads, int h, int hd,
                                              int t, int max_chunks, const float* part_ml,
                                              const float* part_o) {

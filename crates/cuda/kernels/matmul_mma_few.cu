@@ -44,7 +44,7 @@ __device__ __forceinline__ void matmul_mma_few(int bx, const u8* w, int n, int k
     extern __shared__ __align__(16) int2 fw_smem[];
     int2* s_rec = fw_smem;                                   // [2][S][R8][COLS + FW_PAD]
     float2* s_f = (float2*)(fw_smem + 2 * S * RS);           // [2][S][COLS]
-    i8* s_x = (i8*)(s_f + 2 * S * COLS);                     // [2][S][R8][XPAD] or [2][S H][NT][FRAG_GB]
+    i8* s_x = (i8*)(s_f + 2 * S * COLS);  // [2][S][R8][XPAD] or [2][S H][NT][FRAG_GB]
     float chain[CP];
 #pragma unroll
     for (int i = 0; i < CP; i++) chain[i] = 0.0f;
