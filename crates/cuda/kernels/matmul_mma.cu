@@ -237,9 +237,8 @@ struct MmaQ6K {
     // 2..7 of a byte it reads as 4 (q - 32); the flips are done once per block on qh (its
     // fields' high bits), and the sums divided by 4 at the end (exact: each is a multiple of 4,
     // and none exceeds 16 groups x 128 (scale) x 16 values x 128 x 127 = 533 M, within an
-    // int). This is the CPU's is - 32 *
-    // sum_g sc_g * sr[g]. Group g is half g % 2 of sub-block g / 2 (`SB` as for Q4_K). (No min
-    // sums: `xr` and RC are unused.)
+    // int). This is the CPU's is - 32 * sum_g sc_g * sr[g]. Group g is half g % 2 of sub-block
+    // g / 2 (`SB` as for Q4_K). (No min sums: `xr` and RC are unused.)
     template <int NT, int SB, bool RC>
     __device__ __forceinline__ void ints(const F& f, const i8* const (&xg)[NT],
                                          const i8* const (&xr)[NT], int t, int (&is)[NT][4],

@@ -67,8 +67,9 @@ pub struct AttnKeys<'a> {
     pub meta: &'a CudaSlice<i32>,
     pub tables: &'a CudaSlice<i32>,
     pub remaps: &'a CudaSlice<i32>,
-    /// The cache slots this call's rows write (one per row, as `kv_write`'s `slot`): the
-    /// few-row kernel reads the other keys before the previous kernel has ended.
+    /// The cache slots this call's rows write (one per row, as `kv_write`'s `slot`): the split
+    /// forms (few-row and tiled) read the other keys before the previous kernel has ended, so
+    /// every slot the call writes must be here.
     pub fresh: &'a CudaSlice<i32>,
 }
 
@@ -153,6 +154,9 @@ impl Gpu {
             return Err(CudaError::Usage("attention: buffer sizes".into()));
         }
         if let Some(sp) = &split {
+            if keys.fresh.len() < rows {
+                return Err(CudaError::Usage("attention: fresh slots".into()));
+            }
             let per = rows * n_heads * sp.max_chunks;
             if sp.part_ml.len() < 2 * per || sp.part_o.len() < per * head_dim {
                 return Err(CudaError::Usage("attention: partials sizes".into()));
@@ -171,9 +175,6 @@ impl Gpu {
             } else {
                 "attention_few_64"
             })?;
-            if keys.fresh.len() < rows {
-                return Err(CudaError::Usage("attention: fresh slots".into()));
-            }
             let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
             l.arg(keys.fresh)
@@ -203,9 +204,6 @@ impl Gpu {
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem as i32,
             )?;
-            if keys.fresh.len() < rows {
-                return Err(CudaError::Usage("attention: fresh slots".into()));
-            }
             let n = rows as i32;
             let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
