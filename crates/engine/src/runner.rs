@@ -149,6 +149,8 @@ impl ModelRunner {
     ) -> Self {
         let blocks = kv_positions.div_ceil(tf_kernels::kv::BLOCK_SIZE);
         let kv = KvCache::new(model.config.n_layers, model.config.kv_dim(), blocks);
+        // The CPU kernels' weight layout is made now, not inside the first request.
+        model.prepare_cpu();
         ModelRunner {
             model,
             kv,

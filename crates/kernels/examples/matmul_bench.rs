@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 use tf_core::DType;
-use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
+use tf_kernels::matmul::{matmul, Activations, PackedMatrix, WeightMatrix};
 use tf_kernels::ThreadPool;
 
 fn main() {
@@ -35,6 +35,24 @@ fn main() {
         .map(|i| tf_weights::random_blocks(dtype, k * n, i as u64))
         .collect();
     let total: usize = mats.iter().map(Vec::len).sum();
+    let panels = std::env::var("TENSORFOLD_PANELS").is_ok_and(|v| v == "1");
+    let packed: Vec<Option<PackedMatrix>> = mats
+        .iter()
+        .map(|m| {
+            let w = WeightMatrix::new(dtype, k, n, m).unwrap();
+            panels.then(|| PackedMatrix::pack(&w)).flatten()
+        })
+        .collect();
+    if panels {
+        println!(
+            "panel form: {}",
+            if tf_kernels::matmul::amx::available() {
+                "AMX kernels"
+            } else {
+                "no AMX: the other kernels"
+            }
+        );
+    }
     println!(
         "{dtype} {n}x{k}, {level:?}, {threads} threads; memory: {count} matrices ({:.0} MB), cache: one",
         total as f64 / 1e6
@@ -47,20 +65,23 @@ fn main() {
             .collect();
         let acts = Activations::new(level, &x, rows, k);
         let mut out = vec![0f32; rows * n];
-        let mut time = |mats: &[&Vec<u8>]| {
+        let mut time = |which: &[usize]| {
             let mut best = f64::MAX;
             for _ in 0..15 {
                 let t = Instant::now();
-                for m in mats {
-                    let w = WeightMatrix::new(dtype, k, n, m).unwrap();
+                for &i in which {
+                    let mut w = WeightMatrix::new(dtype, k, n, &mats[i]).unwrap();
+                    if let Some(p) = &packed[i] {
+                        w = w.with_packed(p);
+                    }
                     matmul(&pool, &w, &acts, &mut out);
                 }
                 best = best.min(t.elapsed().as_secs_f64() * 1e3);
             }
             best
         };
-        let mem = time(&mats.iter().collect::<Vec<_>>());
-        let cache = time(&vec![&mats[0]; count]);
+        let mem = time(&(0..count).collect::<Vec<_>>());
+        let cache = time(&vec![0; count]);
         if rows == 1 {
             base = (mem, cache);
         }

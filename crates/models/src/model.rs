@@ -2,9 +2,9 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::weights::{bind, Naming, Weights};
+use crate::weights::{bind, Naming, Panels, Weights};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tf_core::{BlockId, DType, TokenId};
 use tf_kernels::ops::RopeTable;
 use tf_kernels::SimdLevel;
@@ -47,6 +47,8 @@ pub enum Source {
 pub struct Model {
     // Declared first so it is dropped before the storage it borrows from.
     pub(crate) weights: Weights<'static>,
+    /// The matrices in panel layout for the CPU kernels, made on first CPU use.
+    panels: OnceLock<Panels>,
     pub config: ModelConfig,
     pub(crate) rope: RopeTable,
     pub level: SimdLevel,
@@ -98,12 +100,53 @@ impl Model {
         );
         Ok(Model {
             weights,
+            panels: OnceLock::new(),
             config,
             rope,
             level: tf_kernels::detect(),
             source,
             path: path.to_path_buf(),
         })
+    }
+
+    /// Makes the panel form of every quantized matrix that has one, for the CPU kernels (done
+    /// once; the first CPU forward does it otherwise). Where the CPU has no AVX-512 VNNI, or
+    /// `TENSORFOLD_PANELS=0`, nothing is packed. The panels hold the same integers, so results
+    /// are the same bits either way; only speed changes.
+    pub fn prepare_cpu(&self) {
+        self.panels();
+    }
+
+    /// Like [`prepare_cpu`](Model::prepare_cpu), but with `panels: false` the matrices stay in
+    /// their stored layout only (for comparing the two kernels' bits). Returns false when the
+    /// choice was already made.
+    pub fn prepare_cpu_with(&self, panels: bool) -> bool {
+        let mut fresh = false;
+        self.panels.get_or_init(|| {
+            fresh = true;
+            self.make_panels(panels)
+        });
+        fresh
+    }
+
+    pub(crate) fn panels(&self) -> &Panels {
+        self.panels.get_or_init(|| self.make_panels(true))
+    }
+
+    fn make_panels(&self, wanted: bool) -> Panels {
+        {
+            let off = std::env::var("TENSORFOLD_PANELS").is_ok_and(|v| v == "0");
+            if !wanted || off || self.level < SimdLevel::Avx512Vnni {
+                return Panels::none(self.weights.layers.len());
+            }
+            let p = Panels::pack(&self.weights);
+            if let Some(g) = self.gguf() {
+                for m in p.packed_sources(&self.weights) {
+                    g.drop_pages(m.data);
+                }
+            }
+            p
+        }
     }
 
     /// The bound weights (matrices in place in the mapped file), for other backends to upload.

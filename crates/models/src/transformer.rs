@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use crate::model::{Model, Row};
+use crate::weights::with_panel;
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
 use tf_kernels::kv::KvCache;
 use tf_kernels::matmul::{matmul, Activations};
@@ -39,6 +40,7 @@ impl Model {
         let m = rows.len();
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
         let w = &self.weights;
+        let panels = self.panels();
 
         let mut x = vec![0f32; m * d];
         for (r, row) in rows.iter().enumerate() {
@@ -73,11 +75,12 @@ impl Model {
             .collect();
 
         for (li, lw) in w.layers.iter().enumerate() {
+            let pk = &panels.layers[li];
             norm_rows(self, &x, &lw.attn_norm, &mut h);
             let hx = Activations::new(level, &h, m, d);
-            matmul(pool, &lw.wq, &hx, &mut q);
-            matmul(pool, &lw.wk, &hx, &mut k);
-            matmul(pool, &lw.wv, &hx, &mut v);
+            matmul(pool, &with_panel(&lw.wq, &pk[0]), &hx, &mut q);
+            matmul(pool, &with_panel(&lw.wk, &pk[1]), &hx, &mut k);
+            matmul(pool, &with_panel(&lw.wv, &pk[2]), &hx, &mut v);
             add_bias(&mut q, &lw.bq);
             add_bias(&mut k, &lw.bk);
             add_bias(&mut v, &lw.bv);
@@ -108,18 +111,18 @@ impl Model {
             }
             attention(pool, level, &shape, &q, &keys, kv.layer(li), &mut att);
             let ax = Activations::new(level, &att, m, qd);
-            matmul(pool, &lw.wo, &ax, &mut o);
+            matmul(pool, &with_panel(&lw.wo, &pk[3]), &ax, &mut o);
             for (xv, ov) in x.iter_mut().zip(&o) {
                 *xv += ov;
             }
 
             norm_rows(self, &x, &lw.ffn_norm, &mut h);
             let hx = Activations::new(level, &h, m, d);
-            matmul(pool, &lw.w_gate, &hx, &mut gate);
-            matmul(pool, &lw.w_up, &hx, &mut up);
+            matmul(pool, &with_panel(&lw.w_gate, &pk[4]), &hx, &mut gate);
+            matmul(pool, &with_panel(&lw.w_up, &pk[5]), &hx, &mut up);
             swiglu(level, &gate, &up, &mut act);
             let fx = Activations::new(level, &act, m, f);
-            matmul(pool, &lw.w_down, &fx, &mut o);
+            matmul(pool, &with_panel(&lw.w_down, &pk[6]), &fx, &mut o);
             for (xv, ov) in x.iter_mut().zip(&o) {
                 *xv += ov;
             }
@@ -137,7 +140,12 @@ impl Model {
         norm_rows(self, &xs, &w.norm, &mut hs);
         let hx = Activations::new(level, &hs, want.len(), d);
         let mut logits = vec![0f32; want.len() * cfg.vocab];
-        matmul(pool, &w.output, &hx, &mut logits);
+        matmul(
+            pool,
+            &with_panel(&w.output, &panels.output),
+            &hx,
+            &mut logits,
+        );
         Ok(logits)
     }
 }

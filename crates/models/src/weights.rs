@@ -2,7 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use tf_kernels::matmul::WeightMatrix;
+use tf_kernels::matmul::{PackedMatrix, WeightMatrix};
 use tf_weights::{TensorSource, TensorView};
 
 /// Tensor naming of the two checkpoint formats.
@@ -164,4 +164,90 @@ pub fn bind<'a>(
         tied_output,
         layers,
     })
+}
+
+impl LayerWeights<'_> {
+    /// The layer's matrices in the order [`Panels`] keeps them.
+    pub fn matrices(&self) -> [&WeightMatrix<'_>; 7] {
+        [
+            &self.wq,
+            &self.wk,
+            &self.wv,
+            &self.wo,
+            &self.w_gate,
+            &self.w_up,
+            &self.w_down,
+        ]
+    }
+}
+
+/// The panel forms of a model's matrices (`None` where a type has none, or nothing was packed).
+pub struct Panels {
+    pub layers: Vec<[Option<PackedMatrix>; 7]>,
+    pub output: Option<PackedMatrix>,
+}
+
+impl Panels {
+    pub fn none(layers: usize) -> Panels {
+        Panels {
+            layers: (0..layers).map(|_| Default::default()).collect(),
+            output: None,
+        }
+    }
+
+    /// Packs every matrix, spread over the machine's cores.
+    pub fn pack(w: &Weights) -> Panels {
+        let mut jobs: Vec<&WeightMatrix> = w.layers.iter().flat_map(|l| l.matrices()).collect();
+        jobs.push(&w.output);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let done: Vec<std::sync::Mutex<Option<PackedMatrix>>> =
+            jobs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..threads.min(jobs.len()) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(m) = jobs.get(i) else { break };
+                    *done[i].lock().unwrap_or_else(|e| e.into_inner()) = PackedMatrix::pack(m);
+                });
+            }
+        });
+        let mut packed: Vec<Option<PackedMatrix>> = done
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .collect();
+        let output = packed.pop().flatten();
+        let mut it = packed.into_iter();
+        let layers = w
+            .layers
+            .iter()
+            .map(|_| std::array::from_fn(|_| it.next().flatten()))
+            .collect();
+        Panels { layers, output }
+    }
+
+    /// The source matrices that have a panel form and are read only through it (the output
+    /// head when it is the embedding is still read for token rows).
+    pub fn packed_sources<'w>(&self, w: &'w Weights<'w>) -> Vec<&'w WeightMatrix<'w>> {
+        let mut out = Vec::new();
+        for (l, p) in w.layers.iter().zip(&self.layers) {
+            for (m, pm) in l.matrices().into_iter().zip(p) {
+                if pm.is_some() {
+                    out.push(m);
+                }
+            }
+        }
+        if self.output.is_some() && !w.tied_output {
+            out.push(&w.output);
+        }
+        out
+    }
+}
+
+/// `m` read through its panel form where it has one.
+pub fn with_panel<'a>(m: &WeightMatrix<'a>, p: &'a Option<PackedMatrix>) -> WeightMatrix<'a> {
+    match p {
+        Some(p) => m.with_packed(p),
+        None => *m,
+    }
 }

@@ -86,6 +86,39 @@ fn chunking_and_threads_do_not_change_a_bit() {
     }
 }
 
+/// The CPU's panel layout (AMX and VNNI panel kernels) gives the bits of the stored layout's
+/// kernels, for every quantized type a panel form exists for, at prefill and decode shapes.
+#[test]
+fn panel_layout_gives_the_stored_layouts_bits() {
+    let pool = ThreadPool::new(2);
+    for (arch, dtype) in [
+        ("qwen2", DType::Q4K),
+        ("llama", DType::Q4_1),
+        ("qwen3", DType::Q6K),
+        ("qwen2", DType::Q5_0),
+        ("llama", DType::Q8_0),
+        ("qwen2", DType::Q4_0),
+        ("llama", DType::Q5_1),
+    ] {
+        let mut spec = SynthSpec::tiny(arch, dtype);
+        spec.down_dtype = if dtype == DType::Q4K {
+            DType::Q6K
+        } else {
+            dtype
+        };
+        let plain = model(&spec);
+        let panels = model(&spec);
+        assert!(plain.prepare_cpu_with(false));
+        assert!(panels.prepare_cpu_with(true));
+        let toks = tokens(40, 5, spec.vocab);
+        for chunks in [&[40usize][..], &[1], &[16, 3, 9]] {
+            let a = run_chunked(&plain, &pool, &toks, chunks);
+            let b = run_chunked(&panels, &pool, &toks, chunks);
+            assert!(same_bits(&a, &b), "{arch} {dtype} chunks {chunks:?}");
+        }
+    }
+}
+
 #[test]
 fn rows_of_other_sequences_do_not_change_a_bit() {
     let spec = SynthSpec::tiny("qwen2", DType::Q4K);

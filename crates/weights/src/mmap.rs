@@ -19,6 +19,27 @@ impl Storage {
             Storage::Owned(v) => v,
         }
     }
+
+    /// Lets the OS drop the mapped pages of `data` (a slice of this storage) from the process:
+    /// they are clean pages of a read-only file mapping, read again from the file if touched.
+    /// Owned bytes and slices from elsewhere are left alone.
+    pub(crate) fn drop_pages(&self, data: &[u8]) {
+        #[cfg(unix)]
+        if let Storage::Mmap(m) = self {
+            let base = m.as_ptr() as usize;
+            let at = data.as_ptr() as usize;
+            if data.is_empty() || at < base || at + data.len() > base + m.len() {
+                return;
+            }
+            // SAFETY: DONTNEED on a private, read-only file mapping only discards clean pages,
+            // which later reads fault in again with the same bytes; no reference sees a change.
+            let _ = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at - base, data.len())
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = data;
+    }
 }
 
 /// Maps `path` read-only. Weight files are treated as immutable while open.

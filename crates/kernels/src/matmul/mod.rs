@@ -33,9 +33,20 @@ macro_rules! rows_by_eight {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod panel;
+#[cfg(target_arch = "x86_64")]
+mod panel_kernel;
+#[cfg(target_arch = "x86_64")]
+pub use panel_kernel::set_vnni_rows;
+#[cfg(target_arch = "x86_64")]
+mod panel_vnni;
+
+pub use panel::PackedMatrix;
 
 use crate::actq::{ActBlock, QuantAct};
 use crate::canon;
@@ -46,20 +57,49 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 use tf_core::DType;
 
-/// A weight matrix of `n` rows (output features) of `k` values each, in its stored type.
-#[derive(Clone, Copy, Debug)]
+/// A weight matrix of `n` rows (output features) of `k` values each, in its stored type, and
+/// optionally the same integers in panel layout for the AMX kernels ([`PackedMatrix`]).
+#[derive(Clone, Copy)]
 pub struct WeightMatrix<'a> {
     pub dtype: DType,
     pub k: usize,
     pub n: usize,
     pub data: &'a [u8],
+    pub packed: Option<&'a PackedMatrix>,
+}
+
+impl std::fmt::Debug for WeightMatrix<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeightMatrix")
+            .field("dtype", &self.dtype)
+            .field("k", &self.k)
+            .field("n", &self.n)
+            .field("packed", &self.packed.is_some())
+            .finish()
+    }
 }
 
 impl<'a> WeightMatrix<'a> {
     /// `None` when the byte length does not match `n` rows of `k` values of `dtype`.
     pub fn new(dtype: DType, k: usize, n: usize, data: &'a [u8]) -> Option<Self> {
         let row = dtype.bytes_for(k)?;
-        (row.checked_mul(n)? == data.len()).then_some(WeightMatrix { dtype, k, n, data })
+        (row.checked_mul(n)? == data.len()).then_some(WeightMatrix {
+            dtype,
+            k,
+            n,
+            data,
+            packed: None,
+        })
+    }
+
+    /// The same matrix read through its panel form `p` where the AMX kernels can run (the
+    /// same bits either way). `p` must be `PackedMatrix::pack(self)`.
+    pub fn with_packed(self, p: &'a PackedMatrix) -> WeightMatrix<'a> {
+        assert!(p.dtype == self.dtype && p.k == self.k && p.n == self.n);
+        WeightMatrix {
+            packed: Some(p),
+            ..self
+        }
     }
 
     pub fn row_bytes(&self) -> usize {
@@ -210,8 +250,18 @@ pub fn matmul_cols(
     let level = x.level;
     let rows = x.rows;
     let base = cols.start;
-    let dst = SharedOut(out.as_mut_ptr());
     assert!(out.len() >= rows.saturating_sub(1) * out_stride + cols.len());
+    #[cfg(target_arch = "x86_64")]
+    if let Some(p) = w.packed {
+        if level >= SimdLevel::Avx512Vnni && rows > 0 && cols.start.is_multiple_of(panel::PANEL) {
+            let xq = x.quant(panel_kernel::act_block(p));
+            // SAFETY: AVX-512 VNNI was detected; `out` holds every row's columns (asserted
+            // above).
+            unsafe { panel_kernel::matmul_packed(pool, p, xq, out, cols, out_stride) };
+            return;
+        }
+    }
+    let dst = SharedOut(out.as_mut_ptr());
     match act_block(w.dtype) {
         Some(block) => {
             let xq = x.quant(block);

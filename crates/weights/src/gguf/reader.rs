@@ -205,6 +205,13 @@ impl GgufFile {
     }
 
     /// The raw bytes of a tensor listed in this file's index.
+    /// Tells the OS that this process no longer needs the pages under `data` (tensor bytes of
+    /// this file, e.g. of a tensor kept in another layout). They stay readable: a later read
+    /// faults them in again from the file.
+    pub fn drop_pages(&self, data: &[u8]) {
+        self.storage.drop_pages(data);
+    }
+
     pub fn tensor_data(&self, info: &TensorInfo) -> Option<&[u8]> {
         let end = info.offset.checked_add(info.n_bytes)?;
         self.storage.bytes().get(info.offset..end)
