@@ -149,7 +149,7 @@ fn few_speed(
 }
 
 /// The pair kernels (q|k in Q4_K and v in Q6_K in one launch) at 7B's and 1.5B's shapes: both
-/// outputs against the CPU, one and two rows (`gvp_*`) and 5-16 (`fwp_*`).
+/// outputs against the CPU, one and two rows (`gvp_*`) and 2-16 (`fwp_*`).
 fn pair(
     gpu: &Gpu,
     level: SimdLevel,
@@ -164,18 +164,22 @@ fn pair(
         let dx = gpu.upload(&x)?;
         let a = TestMatrix::new(gpu, pool, (DType::Q4K, n1, k), seed ^ 0x9a1, &acts)?;
         let b = TestMatrix::new(gpu, pool, (DType::Q6K, n2, k), seed ^ 0x9a2, &acts)?;
-        for rows in [1, 2, 5, 8, 9, 16] {
+        let calls = [1, 2].map(|r| (r, true));
+        for (rows, gemv) in calls
+            .into_iter()
+            .chain([2, 3, 4, 5, 8, 9, 16].map(|r| (r, false)))
+        {
             let act = gpu.quantize(&dx, rows, k, tf_kernels::actq::ActBlock::B256)?;
             let mut o1 = gpu.zeros::<f32>(rows * n1)?;
             let mut o2 = gpu.zeros::<f32>(rows * n2)?;
             let (ma, mb) = ((a.dtype, &a.dev, n1), (b.dtype, &b.dev, n2));
-            let op = if rows <= 2 {
+            let op = if gemv {
                 "matmul gemv pair"
             } else {
                 "matmul few-row pair"
             };
             let mut go = || {
-                if rows <= 2 {
+                if gemv {
                     gpu.matmul_gemv_pair(ma, mb, &act, &mut o1, &mut o2)
                 } else {
                     gpu.matmul_mma_few_pair(ma, mb, &act, &mut o1, &mut o2)

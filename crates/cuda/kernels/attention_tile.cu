@@ -24,6 +24,7 @@ struct TileSmem {
     float k[KEY_CHUNK * (HD + 4)];  // the chunk's keys, lane-major, padded rows
     float v[KEY_CHUNK * HD];        // the chunk's values
     float e[TILE_QH * TILE_ES];     // exp(s - m) per head and key
+    float c0[TILE_QH * TILE_ES];    // the even lanes' half of the split form's scores
     float cm[TILE_QH];              // chunk max per head
     float fa[TILE_QH];              // merge factors of the chunk
     float fb[TILE_QH];
@@ -44,26 +45,26 @@ __device__ __forceinline__ int tile_perm(int i) {
     return (i & 15) * (HD / 16) + (i >> 4);
 }
 
-// Lane l's partial dots of heads qg + 16v and keys kg + 8u.
-template <int HD>
+// Lane l's partial dots of heads qg + QST*v (v < NH) and keys kg + 8u (u < 4).
+template <int HD, int NH, int QST>
 __device__ __forceinline__ void tile_lane(const TileSmem<HD>& sm, int l, int qg, int kg,
-                                          float (&p)[2][4]) {
+                                          float (&p)[NH][4]) {
     constexpr int W = HD / 16;
 #pragma unroll
-    for (int v = 0; v < 2; v++)
+    for (int v = 0; v < NH; v++)
 #pragma unroll
         for (int u = 0; u < 4; u++) p[v][u] = 0.0f;
 #pragma unroll
     for (int j = 0; j < W; j += 4) {
-        float4 a[2], b[4];
+        float4 a[NH], b[4];
 #pragma unroll
-        for (int v = 0; v < 2; v++)
-            a[v] = *reinterpret_cast<const float4*>(sm.q + (qg + 16 * v) * (HD + 4) + l * W + j);
+        for (int v = 0; v < NH; v++)
+            a[v] = *reinterpret_cast<const float4*>(sm.q + (qg + QST * v) * (HD + 4) + l * W + j);
 #pragma unroll
         for (int u = 0; u < 4; u++)
             b[u] = *reinterpret_cast<const float4*>(sm.k + (kg + 8 * u) * (HD + 4) + l * W + j);
 #pragma unroll
-        for (int v = 0; v < 2; v++)
+        for (int v = 0; v < NH; v++)
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 p[v][u] = fmaf(a[v].x, b[u].x, p[v][u]);
@@ -74,42 +75,76 @@ __device__ __forceinline__ void tile_lane(const TileSmem<HD>& sm, int l, int qg,
     }
 }
 
-__device__ __forceinline__ void tile_add(float (&d)[2][4], const float (&a)[2][4],
-                                         const float (&b)[2][4]) {
+template <int NH>
+__device__ __forceinline__ void tile_add(float (&d)[NH][4], const float (&a)[NH][4],
+                                         const float (&b)[NH][4]) {
 #pragma unroll
-    for (int v = 0; v < 2; v++)
+    for (int v = 0; v < NH; v++)
 #pragma unroll
         for (int u = 0; u < 4; u++) d[v][u] = __fadd_rn(a[v][u], b[v][u]);
 }
 
 // b_l = a_l + a_{l+4} with a_l = p_l + p_{l+8}: the first two levels of the canonical fold.
-template <int HD>
+template <int HD, int NH, int QST>
 __device__ __forceinline__ void tile_b(const TileSmem<HD>& sm, int l, int qg, int kg,
-                                       float (&b)[2][4]) {
-    float x[2][4], y[2][4], a[2][4];
-    tile_lane(sm, l, qg, kg, x);
-    tile_lane(sm, l + 8, qg, kg, y);
+                                       float (&b)[NH][4]) {
+    float x[NH][4], y[NH][4], a[NH][4];
+    tile_lane<HD, NH, QST>(sm, l, qg, kg, x);
+    tile_lane<HD, NH, QST>(sm, l + 8, qg, kg, y);
     tile_add(a, x, y);  // a_l
-    tile_lane(sm, l + 4, qg, kg, x);
-    tile_lane(sm, l + 12, qg, kg, y);
+    tile_lane<HD, NH, QST>(sm, l + 4, qg, kg, x);
+    tile_lane<HD, NH, QST>(sm, l + 12, qg, kg, y);
     tile_add(x, x, y);  // a_{l+4}
     tile_add(b, a, x);
 }
 
-// The canonical dots of 2 heads x 4 keys: c_l = b_l + b_{l+2}, d = c_0 + c_1, evaluated as
-// the lanes complete.
+// c_h = b_h + b_{h+2} of heads qg + QST*v and keys kg + 8u: lane half h (0: even lanes, 1: odd)
+// of the canonical fold, whose last level is d = c_0 + c_1.
+template <int HD, int NH, int QST>
+__device__ __forceinline__ void tile_c(const TileSmem<HD>& sm, int h, int qg, int kg,
+                                       float (&c)[NH][4]) {
+    float b[NH][4];
+    tile_b<HD, NH, QST>(sm, h, qg, kg, c);
+    tile_b<HD, NH, QST>(sm, h + 2, qg, kg, b);
+    tile_add(c, c, b);
+}
+
+// The canonical dots of 2 heads (qg, qg + 16) x 4 keys, evaluated as the lanes complete.
 template <int HD>
 __device__ __forceinline__ void tile_dots(const TileSmem<HD>& sm, int qg, int kg,
                                           float (&d)[2][4]) {
-    float b0[2][4], b1[2][4];
-    tile_b(sm, 0, qg, kg, b0);
-    tile_b(sm, 2, qg, kg, b1);
-    tile_add(d, b0, b1);  // c0
-    tile_b(sm, 1, qg, kg, b0);
-    tile_b(sm, 3, qg, kg, b1);
-    tile_add(b0, b0, b1);  // c1
-    tile_add(d, d, b0);    // d = c0 + c1
+    float c1[2][4];
+    tile_c<HD, 2, 16>(sm, 0, qg, kg, d);
+    tile_c<HD, 2, 16>(sm, 1, qg, kg, c1);
+    tile_add(d, d, c1);  // d = c0 + c1
 }
+
+#ifndef TILE_SPLIT_PAIR
+// The same dots by lane halves: warps 0-1 take the even lanes (c0) and warps 2-3 the odd ones
+// (c1), each for 4 heads x 4 keys, so a thread loads a key vector for 4 heads instead of 2.
+// The halves meet in shared memory (c0 in `c0`, c1 in `e`), then each thread adds its own 2
+// heads x 4 keys as `tile_dots` lays them out: d = c0 + c1. Ends with a barrier.
+template <int HD>
+__device__ __forceinline__ void tile_dots_halves(TileSmem<HD>& sm, int qg, int kg,
+                                                 float (&d)[2][4]) {
+    const int t = threadIdx.x, h = t >> 6, hg = (t & 63) >> 3;  // half, heads hg + 8v
+    float c[4][4];
+    tile_c<HD, 4, 8>(sm, h, hg, kg, c);
+    float* dst = h ? sm.e : sm.c0;
+#pragma unroll
+    for (int v = 0; v < 4; v++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) dst[(hg + 8 * v) * TILE_ES + kg + 8 * u] = c[v][u];
+    __syncthreads();
+#pragma unroll
+    for (int v = 0; v < 2; v++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int at = (qg + 16 * v) * TILE_ES + kg + 8 * u;
+            d[v][u] = __fadd_rn(sm.c0[at], sm.e[at]);
+        }
+}
+#endif
 
 // The next pass's rows: those not in `done` that read the same keys as the first of them.
 // Returns that row (`lead`), or -1 once every row is done; leaves each row's and each head's
@@ -237,7 +272,15 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
     constexpr bool split = SPLIT;
     const int c_first = split ? (int)blockIdx.z : 0, c_step = split ? (int)gridDim.z : 1;
     const int kg = t & 7, qg = t >> 3;      // scores: keys kg + 8u, heads qg + 16v
-    const int dg = t % DG, qs = t / DG;     // values: dims 4dg..4dg+3, heads qs + QS*v
+    // Values: dims 4dg..4dg+3, heads qs + QS*v. With 32 float4s a head vector a warp takes
+    // 16 of them for 2 head sets, so each value load serves two head sets (half the
+    // shared-memory wavefronts of a warp over all 32).
+#ifdef TILE_VAL_FLAT
+    const int dg = t % DG, qs = t / DG;
+#else
+    const int dg = DG == 32 ? (t & 15) + ((t >> 1) & 16) : t % DG;
+    const int qs = DG == 32 ? ((t >> 4) & 1) + 2 * (t >> 6) : t / DG;
+#endif
     if (t < TILE_QH)
         sm.hidx[t] = t < nq ? (r0 + t / G) * n_heads + kvh * G + t % G : 0;
     unsigned done = 0;  // tile rows finished by earlier passes
@@ -290,7 +333,12 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
             // Scores, chunk max and exponentials.
             {
                 float s[2][4];
-                tile_dots(sm, qg, kg, s);
+#ifndef TILE_SPLIT_PAIR
+                if constexpr (SPLIT)
+                    tile_dots_halves(sm, qg, kg, s);
+                else
+#endif
+                    tile_dots(sm, qg, kg, s);
 #pragma unroll
                 for (int v = 0; v < 2; v++) {
                     const int qh = qg + 16 * v;

@@ -1,6 +1,6 @@
-//! Few-row quantized matmuls (`matmul_gemv.cu`): decode's one row and small verify rounds, for
-//! Q4_K and Q6_K weights interleaved by 32 columns; one lane per column, dp4a, the CPU's float
-//! chain per block.
+//! Few-row quantized matmuls (`matmul_gemv.cu`): decode's one row (up to four by
+//! `TENSORFOLD_CUDA_GEMV`), for Q4_K and Q6_K weights interleaved by 32 columns; one lane per
+//! column, dp4a, the CPU's float chain per block.
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_core::DType;
@@ -41,11 +41,16 @@ pub const GV_Q6K: &[GvCfg] = &[
 /// The most rows any configuration takes.
 pub const GV_MAX_ROWS: usize = 4;
 
-/// Calls of up to this many rows take the few-row kernels by default: on the H200 a verify
-/// round of 3 rows took 2.06-2.13 ms on them against 2.28-2.34 on the tensor-core kernels
-/// (1.5B shape; 7B 3.60-3.68 against 4.01-4.11), 4 rows 2.48 against 2.58-2.72 (7B 4.25-4.31
-/// against 4.37-4.51).
-pub const GV_DEFAULT_ROWS: usize = 4;
+/// Calls of up to this many rows take these kernels by default: decode's one row. They once
+/// took rounds of up to 4 rows too, until the few-row tensor-core form (`matmul_mma_few.cu`,
+/// [`MmaCfg::few_for`](crate::mma::MmaCfg::few_for)) and the one-warp tensor-core form
+/// outgrew them there. H200, verify rounds after 512 tokens, greedy ids, two interleaved
+/// runs, 2 / 3 / 4 rows, these kernels -> tensor cores: 7B shape 2.713-2.715 / 2.998-3.007 /
+/// 2.873-2.886 -> 2.325-2.345 / 2.353-2.384 / 2.482-2.505 ms, 1.5B 1.367-1.392 /
+/// 1.576-1.594 / 1.534-1.561 -> 1.273-1.291 / 1.281-1.312 / 1.288-1.308. One row stays here:
+/// tensor cores for it, tg128 7B 462.1-465.2 -> 447.9-454.2 tok/s (few-row form on the narrow
+/// matrices) or 355.8-359.4 (without it).
+pub const GV_DEFAULT_ROWS: usize = 1;
 
 impl GvCfg {
     /// The compiled configurations of `dtype` (empty for other types).
@@ -113,12 +118,15 @@ pub const GV_WIDE_N: usize = 16384;
 
 impl Gpu {
     /// Whether a call of `rows` rows into `n` columns of `dtype` (interleaved) takes the
-    /// few-row kernels: up to [`gemv_rows`](Gpu::gemv_rows) rows, but see [`GV_WIDE_N`]
-    /// (`TENSORFOLD_CUDA_GEMV_WIDE=0` keeps every such call on the few-row kernels, for
-    /// measuring). Either way the bits are the same.
+    /// few-row kernels: up to [`gemv_rows`](Gpu::gemv_rows) rows, where the few-row
+    /// tensor-core form does not take the call ([`MmaCfg::few_for`](crate::mma::MmaCfg::few_for))
+    /// and, at 4 rows, see [`GV_WIDE_N`] (`TENSORFOLD_CUDA_GEMV_WIDE=0` keeps every such call on
+    /// the few-row kernels, for measuring). Either way the bits are the same.
     pub fn gemv_takes(&self, dtype: DType, rows: usize, n: usize) -> bool {
         let wide = rows >= 4 && (dtype == DType::Q6K || n >= GV_WIDE_N);
-        rows <= self.gemv_rows && !(self.gemv_wide && wide)
+        rows <= self.gemv_rows
+            && !(self.gemv_wide && wide)
+            && crate::mma::MmaCfg::few_for(rows, n).is_none()
     }
 
     /// The few-row configuration for `rows` rows of `dtype` at inner dimension `k` on this

@@ -51,6 +51,13 @@ pub const MMA_CFGS: &[MmaCfg] = &[
 /// 512 tokens, interleaved; at 4,224 columns, one wave, before).
 pub const FEW_MAX_N: usize = 4608;
 
+/// The fewest rows the few-row form takes by default: from 2 rows its 8-row tile (the rows
+/// past the call read the last one) is faster than `matmul_gemv.cu`; see [`GV_DEFAULT_ROWS`]
+/// for the figures (5 while that kernel took up to 4 rows). One row stays there.
+///
+/// [`GV_DEFAULT_ROWS`]: crate::gemv::GV_DEFAULT_ROWS
+pub const FEW_MIN_ROWS: usize = 2;
+
 /// The widest matrix whose 9-16 row calls take the few-row form in 8-row tiles: 264 thread
 /// blocks (two 8-row tiles of each 16 columns), one wave on an H200.
 pub const FEW_NT1_MAX_N: usize = 2112;
@@ -185,7 +192,7 @@ impl MmaCfg {
     }
 
     /// The few-row form for a call of `rows` rows into `n` columns, where it is the faster:
-    /// 5-16 rows of matrices whose 16-column blocks fit one wave of two 8-warp thread blocks per
+    /// [`FEW_MIN_ROWS`]-16 rows of matrices whose 16-column blocks fit one wave of two 8-warp thread blocks per
     /// multiprocessor of an H200 (n <= 4,224: a 7B layer's o and down, all of a 1.5B layer's
     /// but gate|up). H200, per call in a stream of launches (`gpu-check`'s few-row table), 16
     /// rows, the other forms -> `fw_2_8_1`: 7B o 11.7 -> 7.5 µs, down Q6_K 46.2 -> 43.6, 1.5B
@@ -208,7 +215,16 @@ impl MmaCfg {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(FEW_MAX_N)
         });
-        if !(5..=16).contains(&rows) || n > max_n {
+        // `TENSORFOLD_CUDA_MMA_FEW_MIN` overrides the fewest rows, for measuring.
+        static MIN_ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let min_rows = *MIN_ROWS.get_or_init(|| {
+            std::env::var("TENSORFOLD_CUDA_MMA_FEW_MIN")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(FEW_MIN_ROWS)
+                .max(1)
+        });
+        if !(min_rows..=16).contains(&rows) || n > max_n {
             return None;
         }
         Some(if rows <= 8 || n <= FEW_NT1_MAX_N {
@@ -318,7 +334,7 @@ pub const PAIR_CFGS: &[MmaCfg] = &[MmaCfg::few(1, 8, 1, false), MmaCfg::few(2, 8
 
 impl Gpu {
     /// `out1 = x · w1ᵀ` and `out2 = x · w2ᵀ` in one launch of the few-row form, for Q4_K `w1`
-    /// and Q6_K `w2` (interleaved), where each alone would take that form (5-16 rows, no
+    /// and Q6_K `w2` (interleaved), where each alone would take that form (2-16 rows, no
     /// override by `TENSORFOLD_CUDA_MMA_FEW`), in the configuration of their combined width;
     /// `false` (nothing launched) elsewhere. The same bits as the two calls.
     pub fn matmul_mma_few_pair(
@@ -358,7 +374,7 @@ impl Gpu {
             block_dim: ((32 * cfg.s * cfg.h) as u32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
-        // SAFETY: sizes checked above and rows >= 5; each half reads tiles of its interleaved
+        // SAFETY: sizes checked above and rows >= 2; each half reads tiles of its interleaved
         // layout, the activations' tensor-core copy (written: `takes`), and `smem` bytes of
         // dynamic shared memory.
         unsafe { self.launch_pair(&name, launch, (w1, n1, out1), (w2, n2, out2), x, true) }?;
@@ -394,7 +410,7 @@ mod tests {
             include_str!("../kernels/matmul_mma.cu"),
             include_str!("../kernels/matmul_mma_few.cu")
         );
-        for rows in 5..=16 {
+        for rows in 1..=16 {
             for n in [256, 512, 2048, 2112, 2304, 4096, 4608] {
                 if let Some(c) = MmaCfg::few_for(rows, n) {
                     assert!(PAIR_CFGS.contains(&c), "{rows} {n}");

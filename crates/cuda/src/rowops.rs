@@ -29,10 +29,10 @@ const ARGMAX_THREADS: u32 = 512;
 const FEW_THREADS: u32 = 128;
 
 /// Shared memory of the tiled kernel for head dimension `hd` (`TileSmem`): queries and keys
-/// in padded rows, values, exponentials, five per-head arrays, then the int bookkeeping (six
-/// arrays of 32 and three counts).
+/// in padded rows, values, exponentials and the split form's half scores, five per-head arrays,
+/// then the int bookkeeping (six arrays of 32 and three counts).
 fn tile_smem(hd: usize) -> usize {
-    let floats = 2 * TILE_QH * (hd + 4) + 32 * hd + TILE_QH * 40 + 5 * TILE_QH;
+    let floats = 2 * TILE_QH * (hd + 4) + 32 * hd + 2 * TILE_QH * 40 + 5 * TILE_QH;
     let ints = 6 * 32 + 3;
     (4 * (floats + ints)).next_multiple_of(16)
 }
