@@ -88,14 +88,37 @@ impl Backend {
         context: usize,
         max_rows: usize,
     ) -> Result<Box<dyn Runner>> {
+        self.runner_with_head(model, pool, (kv_positions, context, max_rows), None)
+    }
+
+    /// [`runner`](Backend::runner) of a draft model whose output head keeps its `keep` most
+    /// frequent ids on the CPU ([`Model::pruned_head`]); a GPU reads the whole head anyway.
+    pub fn draft_runner(
+        &self,
+        model: &Arc<Model>,
+        pool: &Arc<ThreadPool>,
+        sizes: (usize, usize, usize),
+        keep: usize,
+    ) -> Result<Box<dyn Runner>> {
+        self.runner_with_head(model, pool, sizes, Some(keep))
+    }
+
+    fn runner_with_head(
+        &self,
+        model: &Arc<Model>,
+        pool: &Arc<ThreadPool>,
+        (kv_positions, context, max_rows): (usize, usize, usize),
+        keep: Option<usize>,
+    ) -> Result<Box<dyn Runner>> {
         let _ = max_rows;
         match self {
-            Backend::Cpu => Ok(Box::new(ModelRunner::new(
-                model.clone(),
-                pool.clone(),
-                kv_positions,
-                context,
-            ))),
+            Backend::Cpu => {
+                let r = ModelRunner::new(model.clone(), pool.clone(), kv_positions, context);
+                Ok(Box::new(match keep {
+                    Some(keep) => r.with_head(model.pruned_head(keep)),
+                    None => r,
+                }))
+            }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
                 let r = tf_cuda::CudaRunner::new(

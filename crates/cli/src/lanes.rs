@@ -78,7 +78,11 @@ pub fn build(
     engine.sample_on(pool.clone());
     if let Some(dm) = &draft_model {
         let positions = blocks * tf_kernels::kv::BLOCK_SIZE;
-        let draft = backend.runner(dm, &pool, positions, context, max_rows)?;
+        let keep = match global.draft_vocab {
+            0 => usize::MAX,
+            n => n,
+        };
+        let draft = backend.draft_runner(dm, &pool, (positions, context, max_rows), keep)?;
         engine.add_draft_model(Box::new(DraftModel::with_runner(draft)));
     }
     let calibration = engine.calibrate().context("measuring the forward cost")?;

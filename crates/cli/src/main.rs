@@ -76,6 +76,11 @@ pub struct GlobalArgs {
     /// feature), or the GPU when one is found.
     #[arg(long, value_enum, default_value = "cpu", global = true)]
     pub device: device::Device,
+    /// Token ids a CPU draft model's output head keeps: the N lowest (byte-level BPE ids come
+    /// roughly by frequency) and the control tokens; 0 keeps all. Only speed changes: the
+    /// replies are the target's draws whatever the draft guesses.
+    #[arg(long, value_name = "N", default_value_t = 65536, global = true)]
+    pub draft_vocab: usize,
 }
 
 impl GlobalArgs {

@@ -4,6 +4,7 @@
 //! the answer is zero: never slower than serial.
 
 use std::collections::HashMap;
+use tf_core::SeqId;
 
 /// Longest draft window considered.
 pub const MAX_DRAFT: usize = 16;
@@ -13,6 +14,52 @@ const MAX_ROWS: usize = 256;
 const DECAY: f64 = 0.08;
 /// Acceptance assumed before anything is observed: enough to try a guess or two.
 const PRIOR_ACCEPT: f64 = 0.5;
+/// A sequence's own estimate of a proposer's acceptance at each position: the proposer's curve
+/// over all sequences counts as this many observations, the sequence's own windows add theirs
+/// (a chat reply and a code completion accept the same proposer's guesses at very different
+/// rates, and a request should not be sized by the last one's).
+const SEQ_PRIOR_WEIGHT: f64 = 4.0;
+/// Old observations of a sequence fade by this share per window, so a long reply can change.
+const SEQ_FORGET: f64 = 0.05;
+
+/// One sequence's record of a proposer: per position, windows that reached it and hits, and
+/// the proposer's curve when the sequence started.
+#[derive(Clone, Debug)]
+struct SeqCurve {
+    prior: [f64; MAX_DRAFT],
+    trials: [f64; MAX_DRAFT],
+    hits: [f64; MAX_DRAFT],
+}
+
+impl SeqCurve {
+    /// Per position, the estimate, at the first position plus one standard deviation of it:
+    /// optimistic while little is known, so that one early miss does not stop a good proposer
+    /// from being tried again, and settling on the sequence's own rate as windows accumulate.
+    /// A position the sequence's windows have not reached yet is assumed no better than the
+    /// one before it.
+    fn optimistic(&self) -> [f64; MAX_DRAFT] {
+        let mut out = [0.0; MAX_DRAFT];
+        for i in 0..MAX_DRAFT {
+            let n = SEQ_PRIOR_WEIGHT + self.trials[i];
+            let p = (self.prior[i] * SEQ_PRIOR_WEIGHT + self.hits[i]) / n;
+            // The bonus goes to the first position only: it decides whether to draft at all
+            // (exploration); how far to draft follows the estimates themselves.
+            out[i] = if i == 0 {
+                (p + (p * (1.0 - p) / (n + 1.0)).sqrt()).min(1.0)
+            } else {
+                p
+            };
+            if i > 0 && self.trials[i] < 0.5 {
+                out[i] = out[i].min(out[i - 1]);
+            }
+        }
+        out
+    }
+}
+
+/// Per position, P(guess accepted | the ones before accepted), and how many leading positions
+/// have been observed (a window observes positions from the first in order).
+type Curve = ([f64; MAX_DRAFT], usize);
 /// Drafting must promise this much over serial decoding before it is tried: a window also costs
 /// sampling and bookkeeping per row that the forward cost does not include, and a wrong guess
 /// about acceptance must not make a request slower than serial.
@@ -25,9 +72,13 @@ pub struct CostModel {
     row_secs: Vec<f64>,
     /// How the machine runs now relative to the measured shape.
     scale: f64,
-    /// Per proposer: P(guess i accepted | guesses before it accepted), and how many leading
-    /// positions have been observed (a window observes positions from the first in order).
-    accept: HashMap<&'static str, ([f64; MAX_DRAFT], usize)>,
+    /// Per proposer: P(guess i accepted | guesses before it accepted), over all sequences.
+    accept: HashMap<&'static str, Curve>,
+    /// Per sequence and proposer, started from the proposer's curve at the sequence's first
+    /// window and then following that sequence only.
+    seq_accept: HashMap<(SeqId, &'static str), SeqCurve>,
+    /// Acceptance assumed for a proposer before it is observed (default [`PRIOR_ACCEPT`]).
+    priors: HashMap<&'static str, f64>,
     /// Per proposer that runs a model: seconds per proposed token.
     propose_secs: HashMap<&'static str, f64>,
 }
@@ -46,8 +97,30 @@ impl CostModel {
             row_secs,
             scale: 1.0,
             accept: HashMap::new(),
+            seq_accept: HashMap::new(),
+            priors: HashMap::new(),
             propose_secs: HashMap::new(),
         }
+    }
+
+    /// The forward costs of `points`, keeping what was learnt and assumed about proposers.
+    pub fn recalibrated(&self, points: &[(usize, f64)]) -> CostModel {
+        CostModel {
+            accept: self.accept.clone(),
+            seq_accept: self.seq_accept.clone(),
+            priors: self.priors.clone(),
+            propose_secs: self.propose_secs.clone(),
+            ..CostModel::from_points(points)
+        }
+    }
+
+    /// Acceptance to assume for `source` before any of its guesses is observed.
+    pub fn set_prior(&mut self, source: &'static str, p: f64) {
+        self.priors.insert(source, p.clamp(0.0, 1.0));
+    }
+
+    fn prior(&self, source: &'static str) -> f64 {
+        self.priors.get(source).copied().unwrap_or(PRIOR_ACCEPT)
     }
 
     /// A flat cost (every forward the same price): drafting always pays. For tests.
@@ -93,32 +166,52 @@ impl CostModel {
         self.propose_secs.get(source).copied().unwrap_or(0.0)
     }
 
-    /// A window of `drafted` guesses from `source` had its first `accepted` accepted.
-    pub fn observe_accept(&mut self, source: &'static str, drafted: usize, accepted: usize) {
-        let (p, seen) = self
-            .accept
-            .entry(source)
-            .or_insert(([PRIOR_ACCEPT; MAX_DRAFT], 0));
-        for i in 0..drafted.min(MAX_DRAFT) {
-            if i > accepted {
-                break;
+    /// A window of `drafted` guesses from `source` (for sequence `seq`) had its first
+    /// `accepted` accepted.
+    pub fn observe_accept(
+        &mut self,
+        source: &'static str,
+        seq: Option<SeqId>,
+        drafted: usize,
+        accepted: usize,
+    ) {
+        if let Some(id) = seq {
+            let prior = self.acceptance(source, None);
+            let c = self.seq_accept.entry((id, source)).or_insert(SeqCurve {
+                prior,
+                trials: [0.0; MAX_DRAFT],
+                hits: [0.0; MAX_DRAFT],
+            });
+            for i in 0..MAX_DRAFT {
+                c.trials[i] *= 1.0 - SEQ_FORGET;
+                c.hits[i] *= 1.0 - SEQ_FORGET;
             }
-            if i >= *seen {
-                // The first observation of a position starts from the estimate it was given.
-                p[i] = if i == 0 { PRIOR_ACCEPT } else { p[i - 1] };
-                *seen = i + 1;
+            for i in 0..drafted.min(MAX_DRAFT).min(accepted + 1) {
+                c.trials[i] += 1.0;
+                c.hits[i] += if i < accepted { 1.0 } else { 0.0 };
             }
-            let hit = if i < accepted { 1.0 } else { 0.0 };
-            p[i] += DECAY * (hit - p[i]);
         }
+        let prior = self.prior(source);
+        let c = self.accept.entry(source).or_insert(([prior; MAX_DRAFT], 0));
+        learn(c, DECAY, drafted, accepted, prior);
     }
 
-    /// Per position, the decaying acceptance; past the last position ever observed, that
-    /// position's estimate (a source whose guesses keep landing is assumed to keep landing
-    /// one further, so that windows can grow and learn; the prior where nothing was seen).
-    pub fn acceptance(&self, source: &'static str) -> [f64; MAX_DRAFT] {
+    /// Drops what was learnt about one sequence (it finished).
+    pub fn forget(&mut self, seq: SeqId) {
+        self.seq_accept.retain(|(id, _), _| *id != seq);
+    }
+
+    /// Per position, the decaying acceptance over all sequences; past the last position ever
+    /// observed, that position's estimate (a source whose guesses keep landing is assumed to
+    /// keep landing one further, so that windows can grow and learn; the prior where nothing
+    /// was seen). For a sequence with windows of its own, its optimistic estimate
+    /// ([`SeqCurve`]).
+    pub fn acceptance(&self, source: &'static str, seq: Option<SeqId>) -> [f64; MAX_DRAFT] {
+        if let Some(c) = seq.and_then(|id| self.seq_accept.get(&(id, source))) {
+            return c.optimistic();
+        }
         match self.accept.get(source) {
-            None | Some((_, 0)) => [PRIOR_ACCEPT; MAX_DRAFT],
+            None | Some((_, 0)) => [self.prior(source); MAX_DRAFT],
             Some(&(mut p, seen)) => {
                 for i in seen..MAX_DRAFT {
                     p[i] = p[seen - 1];
@@ -141,8 +234,8 @@ impl CostModel {
 
     /// Expected tokens committed by a window with `k` guesses from `source`: the target's own
     /// token plus each guess weighted by the chance that it and all before it are accepted.
-    pub fn expected_tokens(&self, source: &'static str, k: usize) -> f64 {
-        let p = self.acceptance(source);
+    pub fn expected_tokens(&self, source: &'static str, seq: Option<SeqId>, k: usize) -> f64 {
+        let p = self.acceptance(source, seq);
         let mut total = 1.0;
         let mut chain = 1.0;
         for pi in p.iter().take(k.min(MAX_DRAFT)) {
@@ -153,17 +246,18 @@ impl CostModel {
     }
 
     /// The number of guesses (at most `available`) that maximizes committed tokens per second
-    /// for one sequence whose window shares a step with `other_rows` rows of other work.
-    /// `per_guess_secs` is what producing one guess costs (zero for copies).
+    /// for one sequence (`seq`) whose window shares a step with `other_rows` rows of other
+    /// work. `per_guess_secs` is what producing one guess costs (zero for copies).
     pub fn best_window(
         &self,
         source: &'static str,
+        seq: Option<SeqId>,
         available: usize,
         other_rows: usize,
         per_guess_secs: f64,
     ) -> usize {
         let rate = |k: usize| {
-            self.expected_tokens(source, k)
+            self.expected_tokens(source, seq, k)
                 / (self.forward_secs(other_rows + 1 + k) + per_guess_secs * k as f64)
         };
         let serial = rate(0);
@@ -177,6 +271,24 @@ impl CostModel {
             }
         }
         best
+    }
+}
+
+/// One window's observation into `c`: positions up to the first miss, each moved `decay` of
+/// the way to hit or miss; a position's first observation starts from the one before it (or
+/// `prior`).
+fn learn(c: &mut Curve, decay: f64, drafted: usize, accepted: usize, prior: f64) {
+    let (p, seen) = c;
+    for i in 0..drafted.min(MAX_DRAFT) {
+        if i > accepted {
+            break;
+        }
+        if i >= *seen {
+            p[i] = if i == 0 { prior } else { p[i - 1] };
+            *seen = i + 1;
+        }
+        let hit = if i < accepted { 1.0 } else { 0.0 };
+        p[i] += decay * (hit - p[i]);
     }
 }
 
@@ -209,22 +321,50 @@ mod tests {
         // Rows nearly free: draft as much as is available.
         let mut cheap = CostModel::from_points(&[(1, 1.0), (16, 1.2)]);
         for _ in 0..200 {
-            cheap.observe_accept("copies", 8, 8);
+            cheap.observe_accept("copies", None, 8, 8);
         }
-        assert_eq!(cheap.best_window("copies", 8, 0, 0.0), 8);
+        assert_eq!(cheap.best_window("copies", None, 8, 0, 0.0), 8);
         // Guesses never accepted: propose none.
         for _ in 0..400 {
-            cheap.observe_accept("copies", 4, 0);
+            cheap.observe_accept("copies", None, 4, 0);
         }
-        assert_eq!(cheap.best_window("copies", 8, 0, 0.0), 0);
+        assert_eq!(cheap.best_window("copies", None, 8, 0, 0.0), 0);
         // Rows cost as much as serial steps: no gain possible.
         let linear = CostModel::from_points(&[(1, 1.0), (16, 16.0)]);
-        assert_eq!(linear.best_window("copies", 8, 0, 0.0), 0);
+        assert_eq!(linear.best_window("copies", None, 8, 0, 0.0), 0);
         // A proposer that costs 70% of a target step per guess does not pay at 60% acceptance
         // (1.6 tokens for 1.73 steps); at 5% it does.
         let flatish = CostModel::from_points(&[(1, 1.0), (16, 1.5)]);
-        assert_eq!(flatish.best_window("draft-model", 8, 0, 0.7), 0);
-        assert!(flatish.best_window("draft-model", 8, 0, 0.05) > 0);
+        assert_eq!(flatish.best_window("draft-model", None, 8, 0, 0.7), 0);
+        assert!(flatish.best_window("draft-model", None, 8, 0, 0.05) > 0);
+    }
+
+    #[test]
+    fn each_sequence_follows_its_own_acceptance() {
+        let mut m = CostModel::from_points(&[(1, 1.0), (8, 1.3)]);
+        m.set_prior("d", 0.7);
+        assert_eq!(m.acceptance("d", Some(1)), [0.7; MAX_DRAFT]);
+        // Sequence 1 accepts everything, sequence 2 nothing: each is sized by its own record,
+        // and a new sequence starts from what all of them taught.
+        for _ in 0..30 {
+            m.observe_accept("d", Some(1), 4, 4);
+            m.observe_accept("d", Some(2), 4, 0);
+        }
+        assert!(m.best_window("d", Some(1), 8, 0, 0.1) >= 4);
+        assert_eq!(m.best_window("d", Some(2), 8, 0, 0.1), 0);
+        let fresh = m.acceptance("d", Some(3))[0];
+        assert!((fresh - m.acceptance("d", None)[0]).abs() < 1e-12 && fresh > 0.2 && fresh < 0.8);
+        // One early miss of a good proposer leaves it worth another try.
+        let mut g = CostModel::from_points(&[(1, 1.0), (8, 1.3)]);
+        g.set_prior("d", 0.85);
+        g.observe_accept("d", Some(7), 4, 0);
+        assert!(g.best_window("d", Some(7), 8, 0, 0.3) > 0);
+        m.forget(1);
+        assert_eq!(m.acceptance("d", Some(1)), m.acceptance("d", None));
+        // Learnt curves and priors survive a new calibration.
+        let r = m.recalibrated(&[(1, 2.0)]);
+        assert_eq!(r.acceptance("d", Some(2)), m.acceptance("d", Some(2)));
+        assert_eq!(r.forward_secs(1), 2.0);
     }
 
     #[test]
@@ -243,9 +383,9 @@ mod tests {
     fn acceptance_is_conditional_per_position() {
         let mut m = CostModel::flat();
         for _ in 0..500 {
-            m.observe_accept("x", 4, 1);
+            m.observe_accept("x", None, 4, 1);
         }
-        let p = m.acceptance("x");
+        let p = m.acceptance("x", None);
         assert!(p[0] > 0.95 && p[1] < 0.05);
         // No observation past the first miss: the last observed position's estimate.
         assert_eq!(p[2], p[1]);
@@ -259,14 +399,14 @@ mod tests {
         // it there), and a position's first observation starts from that estimate.
         let mut m = CostModel::from_points(&[(1, 1.0), (4, 1.45), (8, 2.1), (16, 4.2)]);
         for _ in 0..100 {
-            m.observe_accept("c", 3, 3);
+            m.observe_accept("c", None, 3, 3);
         }
-        let p = m.acceptance("c");
+        let p = m.acceptance("c", None);
         assert!(p[2] > 0.99 && p[3] == p[2] && p[8] == p[2]);
-        assert!(m.best_window("c", 8, 0, 0.0) > 3);
-        m.observe_accept("c", 4, 3);
-        let q = m.acceptance("c");
+        assert!(m.best_window("c", None, 8, 0, 0.0) > 3);
+        m.observe_accept("c", None, 4, 3);
+        let q = m.acceptance("c", None);
         assert!((q[3] - q[2] * (1.0 - DECAY)).abs() < 1e-12, "{}", q[3]);
-        assert_eq!(m.acceptance("never"), [PRIOR_ACCEPT; MAX_DRAFT]);
+        assert_eq!(m.acceptance("never", None), [PRIOR_ACCEPT; MAX_DRAFT]);
     }
 }

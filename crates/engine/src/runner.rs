@@ -137,6 +137,8 @@ pub struct ModelRunner {
     kv: KvCache,
     pool: Arc<ThreadPool>,
     context_len: usize,
+    /// Output-head columns computed (`None`: all); see [`ModelRunner::with_head`].
+    head: Option<Vec<std::ops::Range<usize>>>,
 }
 
 impl ModelRunner {
@@ -156,7 +158,15 @@ impl ModelRunner {
             kv,
             pool,
             context_len,
+            head: None,
         }
+    }
+
+    /// This runner computes only the output-head columns in `head` (every other logit -inf):
+    /// for a draft model, whose guesses only change speed. See [`Model::pruned_head`].
+    pub fn with_head(mut self, head: Vec<std::ops::Range<usize>>) -> Self {
+        self.head = Some(head);
+        self
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -175,7 +185,10 @@ impl Runner for ModelRunner {
         self.context_len
     }
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
-        Ok(self.model.forward(&self.pool, rows, &mut self.kv)?)
+        let head = self.head.as_deref();
+        Ok(self
+            .model
+            .forward_head(&self.pool, rows, &mut self.kv, head)?)
     }
     fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
         for &(from, to) in moves {

@@ -149,6 +149,40 @@ impl Model {
         }
     }
 
+    /// Output-head columns of a draft model pruned to its `keep` lowest token ids (byte-level
+    /// BPE ids come in merge order, which roughly follows frequency: the few percent of a
+    /// reply's tokens past 64K are mostly rare words) plus every control and user-defined
+    /// token of a GGUF vocabulary (end of text, chat markers, tool-call tags), as ranges
+    /// starting on 16-column panels. `keep >= vocab` keeps everything.
+    pub fn pruned_head(&self, keep: usize) -> Vec<std::ops::Range<usize>> {
+        let vocab = self.config.vocab;
+        if keep >= vocab {
+            return std::iter::once(0..vocab).collect();
+        }
+        let mut ranges: Vec<_> = std::iter::once(0..keep.next_multiple_of(16).min(vocab)).collect();
+        let types = self
+            .gguf()
+            .and_then(|g| g.get_i32_array("tokenizer.ggml.token_type").ok())
+            .unwrap_or_default();
+        for (id, t) in types.iter().enumerate() {
+            // 3: control, 4: user-defined (GGUF token types).
+            if id >= vocab || !(*t == 3 || *t == 4) {
+                continue;
+            }
+            let panel = id / 16 * 16;
+            let last = ranges.last_mut().expect("one range at least");
+            if panel < last.end {
+                continue;
+            }
+            if panel == last.end {
+                last.end = (panel + 16).min(vocab);
+            } else {
+                ranges.push(panel..(panel + 16).min(vocab));
+            }
+        }
+        ranges
+    }
+
     /// The bound weights (matrices in place in the mapped file), for other backends to upload.
     pub fn weights(&self) -> &Weights<'static> {
         &self.weights

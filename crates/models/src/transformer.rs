@@ -6,7 +6,7 @@ use crate::model::{Model, Row};
 use crate::weights::with_panel;
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
 use tf_kernels::kv::KvCache;
-use tf_kernels::matmul::{matmul, Activations};
+use tf_kernels::matmul::{matmul, matmul_cols, Activations};
 use tf_kernels::ops::{rms_norm, rms_norm_heads, swiglu};
 use tf_kernels::ThreadPool;
 
@@ -32,6 +32,19 @@ impl Model {
     /// into `kv` before attention. Returns the logits of the rows with `logits: true`, in order,
     /// `vocab` values each.
     pub fn forward(&self, pool: &ThreadPool, rows: &[Row], kv: &mut KvCache) -> Result<Vec<f32>> {
+        self.forward_head(pool, rows, kv, None)
+    }
+
+    /// [`forward`](Model::forward) computing only the output-head columns in `head` (ranges of
+    /// token ids); every other logit is -inf, so no sampler can draw it. A pruned head is for
+    /// draft models (whose guesses only change speed): it reads a fraction of the head's bytes.
+    pub fn forward_head(
+        &self,
+        pool: &ThreadPool,
+        rows: &[Row],
+        kv: &mut KvCache,
+        head: Option<&[std::ops::Range<usize>]>,
+    ) -> Result<Vec<f32>> {
         for r in rows {
             self.check_row(r)?;
         }
@@ -139,13 +152,25 @@ impl Model {
         let mut hs = vec![0f32; xs.len()];
         norm_rows(self, &xs, &w.norm, &mut hs);
         let hx = Activations::new(level, &hs, want.len(), d);
-        let mut logits = vec![0f32; want.len() * cfg.vocab];
-        matmul(
-            pool,
-            &with_panel(&w.output, &panels.output),
-            &hx,
-            &mut logits,
-        );
+        let out_w = with_panel(&w.output, &panels.output);
+        let logits = match head {
+            None => {
+                let mut logits = vec![0f32; want.len() * cfg.vocab];
+                matmul(pool, &out_w, &hx, &mut logits);
+                logits
+            }
+            Some(ranges) => {
+                let mut logits = vec![f32::NEG_INFINITY; want.len() * cfg.vocab];
+                for r in ranges {
+                    let r = r.start.min(cfg.vocab)..r.end.min(cfg.vocab);
+                    if !r.is_empty() {
+                        let out = &mut logits[r.start..];
+                        matmul_cols(pool, &out_w, &hx, out, r, cfg.vocab);
+                    }
+                }
+                logits
+            }
+        };
         Ok(logits)
     }
 }

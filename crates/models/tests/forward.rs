@@ -444,3 +444,46 @@ fn tree_rows_in_other_slots_give_the_serial_bits() {
         "tree rows differ from the serial rows"
     );
 }
+
+/// A pruned output head (draft models): the kept columns are the full head's bits, every other
+/// logit is -inf, and the control tokens of a GGUF vocabulary are kept.
+#[test]
+fn pruned_head_keeps_its_columns_bits() {
+    let pool = ThreadPool::new(2);
+    let mut spec = SynthSpec::tiny("qwen2", DType::Q8_0);
+    spec.tokenizer = true;
+    let m = model(&spec);
+    let head = m.pruned_head(100);
+    let vocab = spec.vocab;
+    assert_eq!(head[0], 0..112, "16-column panels");
+    assert!(
+        head.iter().any(|r| r.contains(&(vocab - 1))),
+        "the end-of-text token (last id) is kept: {head:?}"
+    );
+    assert_eq!(m.pruned_head(vocab), vec![0..vocab]);
+    let toks = tokens(20, 9, vocab);
+    let blocks = toks.len().div_ceil(BLOCK_SIZE);
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let rows: Vec<Row> = (0..toks.len())
+        .map(|p| Row {
+            token: toks[p],
+            pos: p,
+            table: &table,
+            logits: p % 3 == 0,
+            tree: None,
+        })
+        .collect();
+    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), blocks);
+    let full = m.forward(&pool, &rows, &mut kv).unwrap();
+    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), blocks);
+    let pruned = m.forward_head(&pool, &rows, &mut kv, Some(&head)).unwrap();
+    assert_eq!(full.len(), pruned.len());
+    for (i, (a, b)) in full.iter().zip(&pruned).enumerate() {
+        let id = i % vocab;
+        if head.iter().any(|r| r.contains(&id)) {
+            assert_eq!(a.to_bits(), b.to_bits(), "id {id}");
+        } else {
+            assert_eq!(*b, f32::NEG_INFINITY, "id {id}");
+        }
+    }
+}

@@ -5,6 +5,7 @@
 use super::{Engine, Plan};
 use crate::cost::MAX_DRAFT;
 use crate::draw::{accept, Drawn, Verdict};
+use crate::proposer::SeqView;
 use crate::request::{Event, FinishReason};
 use crate::sampler::Sampler;
 use crate::sequence::Seq;
@@ -75,6 +76,23 @@ impl Engine {
                     break;
                 }
             }
+            // A prompt just prefilled: draft models that may be used catch up now, inside the
+            // prompt's time, instead of in the reply's first round.
+            if !decoding && s.finished.is_none() && s.req.draft && self.config.drafts {
+                let view = SeqView {
+                    id: s.id,
+                    tokens: &s.tokens,
+                    prompt_len: s.prompt_len(),
+                    params: &s.req.params,
+                    seed: s.seed,
+                    table: &s.table,
+                };
+                for m in self.models.iter_mut() {
+                    if self.cost.can_ever_pay(0, self.cost.propose_secs(m.name())) {
+                        m.prefill(&view);
+                    }
+                }
+            }
             let chain_accepted = if via_branch.is_none() { accepted } else { 0 };
             if decoding {
                 s.rounds += 1;
@@ -98,7 +116,7 @@ impl Engine {
             if let Some(src) = p.source {
                 let name = self.source_name(src);
                 self.running[p.seq].count_source(name, k, chain_accepted);
-                self.cost.observe_accept(name, k, chain_accepted);
+                self.cost.observe_accept(name, Some(id), k, chain_accepted);
             }
             if tree_nodes > 0 {
                 let tree_accepted = if via_branch.is_some() { accepted } else { 0 };

@@ -14,6 +14,9 @@ use tf_kernels::kv::BLOCK_SIZE;
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
 
+/// Forwards of more rows than this are catch-ups, not part of a guess's cost.
+const CATCH_UP_ROWS: usize = 17;
+
 pub struct DraftModel {
     /// The draft model with a KV cache of as many blocks as the target's.
     runner: Box<dyn Runner>,
@@ -22,6 +25,8 @@ pub struct DraftModel {
     sampler: Sampler,
     /// The last forward's logits or greedy ids, reused across calls.
     round: RoundOut,
+    /// Seconds per guess of the last call's one-row forwards (the catch-up left out).
+    guess_secs: Option<f64>,
 }
 
 impl DraftModel {
@@ -40,6 +45,7 @@ impl DraftModel {
             valid: HashMap::new(),
             sampler: Sampler::new(),
             round: RoundOut::default(),
+            guess_secs: None,
         }
     }
 }
@@ -51,6 +57,31 @@ impl Proposer for DraftModel {
 
     fn costs_forward(&self) -> bool {
         true
+    }
+
+    fn last_guess_secs(&self) -> Option<f64> {
+        self.guess_secs
+    }
+
+    fn prefill(&mut self, seq: &SeqView) {
+        let n = seq.tokens.len();
+        let from = self.valid.get(&seq.id).copied().unwrap_or(0);
+        if n < 2 || from + 1 >= n {
+            return;
+        }
+        // Everything but the last token, which the first proposal feeds (with its logits).
+        let rows: Vec<Row> = (from..n - 1)
+            .map(|p| Row {
+                token: seq.tokens[p],
+                pos: p,
+                table: seq.table,
+                logits: false,
+                tree: None,
+            })
+            .collect();
+        if self.runner.forward(&rows).is_ok() {
+            self.valid.insert(seq.id, n - 1);
+        }
     }
 
     fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
@@ -86,6 +117,8 @@ impl Proposer for DraftModel {
         let mut history = seq.tokens.to_vec();
         let mut out = Vec::with_capacity(max);
         let mut next = rows;
+        let mut one_row = (0usize, 0f64);
+        let mut started = std::time::Instant::now();
         while let Ok(drawn) = self
             .round
             .forward(self.runner.as_mut(), &next, &ask(n + out.len()))
@@ -98,11 +131,17 @@ impl Proposer for DraftModel {
                 (n + out.len()) as u64,
                 &history[seq.prompt_len..],
             );
+            // A round's first forward also takes the tokens accepted since the last one (a few
+            // rows, about a row's cost); a catch-up over a whole prompt or reply is left out.
+            if next.len() <= CATCH_UP_ROWS {
+                one_row = (one_row.0 + 1, one_row.1 + started.elapsed().as_secs_f64());
+            }
             out.push(t);
             history.push(t);
             if out.len() == max {
                 break;
             }
+            started = std::time::Instant::now();
             next = vec![Row {
                 token: t,
                 pos: n - 1 + out.len(),
@@ -111,6 +150,7 @@ impl Proposer for DraftModel {
                 tree: None,
             }];
         }
+        self.guess_secs = (one_row.0 > 0).then(|| one_row.1 / one_row.0 as f64);
         if out.is_empty() {
             return out;
         }

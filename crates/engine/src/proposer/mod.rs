@@ -36,4 +36,13 @@ pub trait Proposer: Send {
     fn costs_forward(&self) -> bool {
         false
     }
+    /// Seconds the last [`propose`](Proposer::propose) spent per guess in steady state, where
+    /// the proposer can tell (a draft model leaves out catching up with the tokens committed
+    /// since its last call, which a sequence pays once per use, not per guess).
+    fn last_guess_secs(&self) -> Option<f64> {
+        None
+    }
+    /// The sequence's prompt is prefilled: a proposer that keeps state per sequence may catch
+    /// up now, inside the prompt's time, rather than in its first round.
+    fn prefill(&mut self, _seq: &SeqView) {}
 }
