@@ -35,7 +35,8 @@ const GROUP_CODE_BYTES: usize = 4096;
 struct Scratch {
     /// Unpacked codes of two groups (the one multiplied and the next).
     codes: Vec<Line>,
-    /// Integer sums of one chunk: per unit, 16 rows of 16 i32.
+    /// Integer sums of two chunks (the one multiplied and the one scaled): per unit, 16 rows
+    /// of 16 i32.
     sums: Vec<Line>,
     /// Float accumulators of one pass: per row, 16 columns.
     acc: Vec<Line>,
@@ -44,7 +45,7 @@ struct Scratch {
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
         codes: vec![Line([0; 64]); 2 * GROUP_CODE_BYTES / 64],
-        sums: vec![Line([0; 64]); MAX_UNITS * CHUNK],
+        sums: vec![Line([0; 64]); 2 * MAX_UNITS * CHUNK],
         acc: vec![Line([0; 64]); PASS_ROWS],
     });
 }
@@ -73,8 +74,10 @@ fn vnni_rows() -> usize {
     v
 }
 
-/// Calls of up to 8 rows are faster on the VNNI panel kernel than on tiles on the 2-core AMX
-/// machine (Qwen2.5-Coder-1.5B Q4_K_M, verify rounds of 8 rows: 78.5 ms against 93.2).
+/// Calls of up to 8 rows take the VNNI panel kernel (one pass of eight rows over the weights):
+/// on the 2-core AMX machine, Qwen2.5-Coder-1.5B Q4_K_M forward of 8 rows 82.9 ms against
+/// 93.2 on tiles; 16 rows (two passes) 143.0 ms against 125.1. Prefill's larger calls are
+/// several times faster on tiles.
 const DEFAULT_VNNI_ROWS: usize = 8;
 
 static VNNI_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -246,52 +249,77 @@ impl Job<'_> {
             prefetch(first, nb * l.bytes);
             unpack_group(l, first, nb, buf(item))
         };
-        let mut next = unpack(first_item);
-        for item in first_item..end_item {
-            let (panel, b0, nb) = group(item);
-            if b0 == 0 {
-                for i in 0..n_rows {
-                    _mm512_storeu_ps(acc.add(16 * i), _mm512_setzero_ps());
+        let post = |first: *const u8, b0: usize, nb: usize, r0: usize, sums: *const i32| {
+            let acc_rows = acc.add(16 * (r0 - rows.start));
+            match l.kind {
+                Kind::Q4K => post_q4k(first, b0, x, r0, m, sums, acc_rows),
+                Kind::Q6K => post_q6k(first, b0, x, r0, m, sums, acc_rows),
+                Kind::Q8_0 | Kind::Legacy { min: false, .. } => {
+                    post_legacy::<false>(l, first, b0, nb, x, r0, m, sums, acc_rows)
+                }
+                Kind::Legacy { min: true, .. } => {
+                    post_legacy::<true>(l, first, b0, nb, x, r0, m, sums, acc_rows)
                 }
             }
-            let (b_codes, b_stride) = next;
-            if item + 1 < end_item {
-                next = unpack(item + 1);
-            }
-            let first = p.block(panel, b0);
+        };
+        let tiles = |b0: usize, nb: usize, r0: usize, codes: (*const u8, usize), sums: *mut i32| {
+            let a = x.qs.as_ptr().add(r0 * x.k + b0 * l.block_values);
             let units = nb * l.units();
-            let k0 = b0 * l.block_values;
-            for r0 in rows.clone().step_by(m) {
-                let a = x.qs.as_ptr().add(r0 * x.k + k0);
-                for u in 0..units {
-                    amx::unit(
-                        u,
-                        a.add(u * l.unit_k),
-                        x.k,
-                        b_codes.add(u * b_stride),
-                        sums.add(u * CHUNK * 16),
-                    );
-                }
-                let acc_rows = acc.add(16 * (r0 - rows.start));
-                match l.kind {
-                    Kind::Q4K => post_q4k(first, b0, x, r0, m, sums, acc_rows),
-                    Kind::Q6K => post_q6k(first, b0, x, r0, m, sums, acc_rows),
-                    Kind::Q8_0 | Kind::Legacy { min: false, .. } => {
-                        post_legacy::<false>(l, first, b0, nb, x, r0, m, sums, acc_rows)
-                    }
-                    Kind::Legacy { min: true, .. } => {
-                        post_legacy::<true>(l, first, b0, nb, x, r0, m, sums, acc_rows)
-                    }
-                }
-            }
-            if b0 + nb < p.blocks {
-                continue;
-            }
+            amx::units(units, a, x.k, l.unit_k, codes.0, codes.1, sums, CHUNK * 16);
+        };
+        let finish = |panel: usize| {
             let c0 = panel * PANEL;
             let mask = self.mask(panel);
             for i in 0..n_rows {
                 let at = (rows.start + i) * self.out_stride + (c0 - self.base);
                 _mm512_mask_storeu_ps(self.dst.0.add(at), mask, _mm512_loadu_ps(acc.add(16 * i)));
+                _mm512_storeu_ps(acc.add(16 * i), _mm512_setzero_ps());
+            }
+        };
+        for i in 0..n_rows {
+            _mm512_storeu_ps(acc.add(16 * i), _mm512_setzero_ps());
+        }
+        let mut next = unpack(first_item);
+        if n_rows == m {
+            // One chunk: a group's sums are scaled after the next group's tile products are
+            // under way (two sum buffers), so the vector loads never wait on tile stores still
+            // in flight and the tile unit works while the vector units scale.
+            let mut pending: Option<(usize, *mut i32)> = None;
+            for item in first_item..end_item {
+                let (_, b0, nb) = group(item);
+                let codes = next;
+                if item + 1 < end_item {
+                    next = unpack(item + 1);
+                }
+                let sums_now = sums.add((item & 1) * MAX_UNITS * CHUNK * 16);
+                tiles(b0, nb, rows.start, codes, sums_now);
+                if let Some((prev, prev_sums)) = pending.replace((item, sums_now)) {
+                    let (panel, pb0, pnb) = group(prev);
+                    post(p.block(panel, pb0), pb0, pnb, rows.start, prev_sums);
+                    if pb0 + pnb == p.blocks {
+                        finish(panel);
+                    }
+                }
+            }
+            if let Some((prev, prev_sums)) = pending {
+                let (panel, pb0, pnb) = group(prev);
+                post(p.block(panel, pb0), pb0, pnb, rows.start, prev_sums);
+                finish(panel);
+            }
+            return;
+        }
+        for item in first_item..end_item {
+            let (panel, b0, nb) = group(item);
+            let codes = next;
+            if item + 1 < end_item {
+                next = unpack(item + 1);
+            }
+            for r0 in rows.clone().step_by(m) {
+                tiles(b0, nb, r0, codes, sums);
+                post(p.block(panel, b0), b0, nb, r0, sums);
+            }
+            if b0 + nb == p.blocks {
+                finish(panel);
             }
         }
     }
