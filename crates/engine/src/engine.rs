@@ -501,8 +501,14 @@ impl Engine {
             let model_turn = (self.round / PROBE_EVERY) % 2 == 1 || copy.is_empty();
             if !model_turn {
                 (source, k) = (Some(Source::Copies(copy_name)), 1);
-            } else if !useful_models.is_empty() {
-                let pick = useful_models[self.round / PROBE_EVERY / 2 % useful_models.len()];
+            } else if !self.models.is_empty() {
+                // Every model takes its turn, also one that looked too dear to pay: its cost
+                // is measured again, in case the last measurement was unlucky.
+                let mut pool = useful_models.clone();
+                if (self.round / PROBE_EVERY / 2) % 4 == 3 || pool.is_empty() {
+                    pool = (0..self.models.len()).collect();
+                }
+                let pick = pool[self.round / PROBE_EVERY / 2 % pool.len()];
                 (source, k) = (Some(Source::Model(pick)), 1);
             } else if !copy.is_empty() {
                 (source, k) = (Some(Source::Copies(copy_name)), 1);
