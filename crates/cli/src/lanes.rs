@@ -50,13 +50,18 @@ pub fn build(
             .and_then(|e| e.draft)
             .map(str::to_string),
     };
+    let backend = Backend::open(global)?;
     let mut draft_model = None;
     if let Some(spec) = draft_spec {
         let dpath = load::resolve(&spec, global)?;
-        let dm = Arc::new(
-            Model::load(&dpath)
-                .with_context(|| format!("cannot load draft model {}", dpath.display()))?,
-        );
+        let mut dm = Model::load(&dpath)
+            .with_context(|| format!("cannot load draft model {}", dpath.display()))?;
+        if global.draft_quant == crate::DraftQuant::Q4_0 && matches!(backend, Backend::Cpu) {
+            dm = dm
+                .requantized_q4_0()
+                .with_context(|| format!("cannot requantize draft model {}", dpath.display()))?;
+        }
+        let dm = Arc::new(dm);
         if dm.config.vocab != target.config.vocab {
             bail!(
                 "draft model {} has a vocabulary of {} tokens, the target {}: they must share a tokenizer",
@@ -70,7 +75,6 @@ pub fn build(
     let plan = sizes(&target, draft_model.as_deref())?;
     let (kv_positions, context) = (plan.kv_positions, plan.context);
     let pool = Arc::new(load::thread_pool(global));
-    let backend = Backend::open(global)?;
     let max_rows = config.max_step_rows;
     let runner = backend.runner(&target, &pool, kv_positions, context, max_rows)?;
     let blocks = runner.kv_blocks();

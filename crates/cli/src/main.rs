@@ -81,6 +81,21 @@ pub struct GlobalArgs {
     /// replies are the target's draws whatever the draft guesses.
     #[arg(long, value_name = "N", default_value_t = 65536, global = true)]
     pub draft_vocab: usize,
+    /// A CPU draft model's weights: `q4_0` requantizes its wider matrices (Q5_0, Q8_0, Q6_K,
+    /// F16...) to Q4_0 in memory at load, so each guess reads fewer bytes; `keep` uses the
+    /// file's. Only speed changes.
+    #[arg(long, value_enum, default_value = "q4-0", global = true)]
+    pub draft_quant: DraftQuant,
+}
+
+/// What a CPU draft model's weights become at load (`--draft-quant`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DraftQuant {
+    /// The file's types.
+    Keep,
+    /// Matrices of more than 4.6 bits a weight requantized to Q4_0.
+    #[value(name = "q4-0", alias = "q4_0")]
+    Q4_0,
 }
 
 impl GlobalArgs {

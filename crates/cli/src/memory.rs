@@ -84,7 +84,8 @@ pub fn plan(
     parallel: usize,
     step_rows: usize,
 ) -> Result<MemoryPlan> {
-    let weights = target.weight_bytes() as u64 + draft.map_or(0, |d| d.weight_bytes() as u64);
+    let weights = target.resident_weight_bytes() as u64
+        + draft.map_or(0, |d| d.resident_weight_bytes() as u64);
     let buffers =
         FIXED_OVERHEAD + buffers(target, step_rows) + draft.map_or(0, |d| buffers(d, step_rows));
     let kv_per_position = kv_per_position(target) + draft.map_or(0, kv_per_position);

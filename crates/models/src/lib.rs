@@ -13,6 +13,7 @@ pub mod error;
 pub mod families;
 pub mod model;
 pub mod registry;
+mod requant;
 pub mod synth;
 mod transformer;
 pub mod weights;

@@ -224,6 +224,14 @@ impl Model {
         total
     }
 
+    /// Bytes the weights occupy in memory on the CPU: [`weight_bytes`](Model::weight_bytes),
+    /// twice over for a model held in memory (a requantized draft), whose panels cannot hand
+    /// its stored bytes back to the OS the way a mapped file's pages are.
+    pub fn resident_weight_bytes(&self) -> usize {
+        let twice = self.gguf().is_some_and(|g| g.in_memory());
+        self.weight_bytes() * if twice { 2 } else { 1 }
+    }
+
     /// Bytes read from weights per decoded token (everything but the embedding table, of which one
     /// row is read).
     pub fn bytes_per_token(&self) -> usize {

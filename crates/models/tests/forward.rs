@@ -487,3 +487,34 @@ fn pruned_head_keeps_its_columns_bits() {
         }
     }
 }
+
+/// A draft model requantized to Q4_0: its wider matrices become Q4_0 (Q4_K stays), it loads
+/// and runs, its logits stay close to the original's (a draft guesses; it need not be exact),
+/// and two requantizations give the same bits.
+#[test]
+fn requantized_draft_is_q4_0_and_close() {
+    let pool = ThreadPool::new(2);
+    let mut spec = SynthSpec::tiny("qwen2", DType::Q8_0);
+    spec.down_dtype = DType::Q4K;
+    let m = model(&spec);
+    let q = m.requantized_q4_0().unwrap();
+    let again = m.requantized_q4_0().unwrap();
+    let types = q.tensor_types();
+    assert!(types.iter().any(|(d, _)| *d == DType::Q4_0), "{types:?}");
+    assert!(types.iter().any(|(d, _)| *d == DType::Q4K), "{types:?}");
+    assert!(!types.iter().any(|(d, _)| *d == DType::Q8_0), "{types:?}");
+    assert!(q.weight_bytes() < m.weight_bytes());
+    let toks = tokens(24, 4, spec.vocab);
+    let a = run_chunked(&m, &pool, &toks, &[24]);
+    let b = run_chunked(&q, &pool, &toks, &[24]);
+    let c = run_chunked(&again, &pool, &toks, &[7, 17]);
+    assert!(same_bits(&b, &c));
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(&b) {
+        num += ((x - y) as f64).powi(2);
+        den += (*x as f64).powi(2);
+    }
+    // Random weights amplify a 4-bit model's error (0.26 relative here); a broken requantizer
+    // (wrong scales, codes or layout) gives errors of 1 and more.
+    assert!(num / den < 0.25, "relative error {}", (num / den).sqrt());
+}

@@ -18,7 +18,10 @@ pub mod tensor;
 
 pub use error::{Result, WeightsError};
 pub use gguf::{GgufFile, GgufWriter, MetaValue, TensorInfo};
-pub use quant::{bf16_to_f32, dequantize, dequantize_row, f16_to_f32, random_blocks};
+pub use quant::{
+    bf16_to_f32, dequantize, dequantize_row, f16_to_f32, quantize_row_q4_0, random_blocks,
+    requantize_q4_0,
+};
 pub use safetensors::{write_safetensors, SafetensorsModel};
 pub use tensor::{TensorSource, TensorView};
 pub use tf_core::DType;

@@ -205,6 +205,11 @@ impl GgufFile {
     }
 
     /// The raw bytes of a tensor listed in this file's index.
+    /// Whether the file's bytes are held in memory (built or read whole), not mapped.
+    pub fn in_memory(&self) -> bool {
+        matches!(self.storage, Storage::Owned(_))
+    }
+
     /// Tells the OS that this process no longer needs the pages under `data` (tensor bytes of
     /// this file, e.g. of a tensor kept in another layout). They stay readable: a later read
     /// faults them in again from the file.

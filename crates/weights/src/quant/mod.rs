@@ -13,9 +13,11 @@ mod float;
 mod kquants;
 mod legacy;
 mod random;
+mod requant;
 
 pub use float::{bf16_to_f32, f16_to_f32};
 pub use random::random_blocks;
+pub use requant::{quantize_row_q4_0, requantize_q4_0};
 
 use tf_core::DType;
 
