@@ -173,7 +173,7 @@ impl Job<'_> {
     }
 
     /// The panels through the VNNI panel kernel, eight rows at a time.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn vnni(&self, panels: std::ops::Range<usize>) {
         let mut acc = [_mm512_setzero_ps(); 8];
         for panel in panels {
@@ -212,7 +212,7 @@ impl Job<'_> {
     }
 
     /// Rows `rows` (chunks of `m`, tiles configured for `m`) against `panels`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn pass(
         &self,
         s: &mut Scratch,

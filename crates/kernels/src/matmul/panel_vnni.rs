@@ -19,7 +19,7 @@ unsafe fn x4(p: *const i8) -> __m512i {
 
 /// The panel's 16 columns for rows `r0 .. r0 + R` (R <= 8): one accumulator per row, written to
 /// `acc`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn panel_rows<const R: usize>(
     p: &PackedMatrix,
     x: &QuantAct,
