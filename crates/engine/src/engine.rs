@@ -18,7 +18,7 @@ const DRAFT_MODEL_PRIOR: f64 = 0.7;
 const COPY_PRIORS: [f64; 6] = [0.3, 0.4, 0.5, 0.6, 0.75, 0.85];
 use crate::draw::{Ask, RoundOut};
 use crate::error::EngineError;
-use crate::proposer::{copy_source, Copies, Proposer, SeqView, COPY_SOURCES};
+use crate::proposer::{copy_source, Copies, Proposer, COPY_SOURCES};
 use crate::request::{Event, FinishReason, Request};
 use crate::runner::{Row, Runner};
 use crate::sampler::Sampler;
@@ -453,14 +453,7 @@ impl Engine {
         room: usize,
     ) -> (Option<Source>, Vec<TokenId>) {
         let s = &self.running[seq];
-        let view = SeqView {
-            id: s.id,
-            tokens: &s.tokens,
-            prompt_len: s.prompt_len(),
-            params: &s.req.params,
-            seed: s.seed,
-            table: &s.table,
-        };
+        let view = s.view();
         let (mut copy, match_len) = self.copies.lookup_with_len(view.tokens, room);
         let copy_name = copy_source(match_len);
         let id = Some(s.id);

@@ -68,6 +68,18 @@ impl Seq {
         &self.tokens[self.prompt_len()..]
     }
 
+    /// What a proposer may look at of this sequence.
+    pub fn view(&self) -> crate::proposer::SeqView<'_> {
+        crate::proposer::SeqView {
+            id: self.id,
+            tokens: &self.tokens,
+            prompt_len: self.prompt_len(),
+            params: &self.req.params,
+            seed: self.seed,
+            table: &self.table,
+        }
+    }
+
     /// Every prompt position is in the cache and the last committed token is pending.
     pub fn decoding(&self) -> bool {
         self.kv_len + 1 == self.tokens.len() && self.tokens.len() > self.prompt_len()

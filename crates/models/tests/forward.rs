@@ -45,6 +45,15 @@ fn run_chunked(m: &Model, pool: &ThreadPool, toks: &[u32], chunks: &[usize]) -> 
     out
 }
 
+/// A tiny model of one type, but Q6_K for `ffn_down` when the type is Q4_K (as Q4_K_M files).
+fn q4k_m_like(arch: &'static str, dtype: DType) -> SynthSpec {
+    let mut spec = SynthSpec::tiny(arch, dtype);
+    if dtype == DType::Q4K {
+        spec.down_dtype = DType::Q6K;
+    }
+    spec
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
@@ -59,12 +68,7 @@ fn chunking_and_threads_do_not_change_a_bit() {
         ("llama", DType::Q8_0),
         ("qwen3", DType::F16),
     ] {
-        let mut spec = SynthSpec::tiny(arch, dtype);
-        spec.down_dtype = if dtype == DType::Q4K {
-            DType::Q6K
-        } else {
-            dtype
-        };
+        let spec = q4k_m_like(arch, dtype);
         let m = model(&spec);
         let toks = tokens(75, 3, spec.vocab);
         let p1 = ThreadPool::new(1);
@@ -100,12 +104,7 @@ fn panel_layout_gives_the_stored_layouts_bits() {
         ("qwen2", DType::Q4_0),
         ("llama", DType::Q5_1),
     ] {
-        let mut spec = SynthSpec::tiny(arch, dtype);
-        spec.down_dtype = if dtype == DType::Q4K {
-            DType::Q6K
-        } else {
-            dtype
-        };
+        let spec = q4k_m_like(arch, dtype);
         let plain = model(&spec);
         let panels = model(&spec);
         assert!(plain.prepare_cpu_with(false));

@@ -5,7 +5,6 @@
 use super::{Engine, Plan};
 use crate::cost::MAX_DRAFT;
 use crate::draw::{accept, Drawn, Verdict};
-use crate::proposer::SeqView;
 use crate::request::{Event, FinishReason};
 use crate::sampler::Sampler;
 use crate::sequence::Seq;
@@ -79,14 +78,7 @@ impl Engine {
             // A prompt just prefilled: draft models that may be used catch up now, inside the
             // prompt's time, instead of in the reply's first round.
             if !decoding && s.finished.is_none() && s.req.draft && self.config.drafts {
-                let view = SeqView {
-                    id: s.id,
-                    tokens: &s.tokens,
-                    prompt_len: s.prompt_len(),
-                    params: &s.req.params,
-                    seed: s.seed,
-                    table: &s.table,
-                };
+                let view = s.view();
                 for m in self.models.iter_mut() {
                     if self.cost.can_ever_pay(0, self.cost.propose_secs(m.name())) {
                         m.prefill(&view);

@@ -346,33 +346,11 @@ unsafe fn unpack_group(
         }
         Kind::Q6K => {
             let off = _mm512_set1_epi8(32);
-            let m30 = _mm512_set1_epi8(0x30);
             for u in 0..16 {
-                let n0 = _mm512_loadu_si512(first.add(128 * u) as *const _);
-                let n1 = _mm512_loadu_si512(first.add(128 * u + 64) as *const _);
-                let h = _mm512_loadu_si512(first.add(l.high_at + 64 * u) as *const _);
-                let hs = [
-                    _mm512_slli_epi16::<4>(h),
-                    _mm512_slli_epi16::<2>(h),
-                    h,
-                    _mm512_srli_epi16::<2>(h),
-                ];
-                let lows = [
-                    n0,
-                    _mm512_srli_epi16::<4>(n0),
-                    n1,
-                    _mm512_srli_epi16::<4>(n1),
-                ];
-                for r in 0..4 {
-                    // (low & 0x0F) | (high & 0x30), then the offset.
-                    let v = _mm512_ternarylogic_epi32::<0xEA>(
-                        lows[r],
-                        m4,
-                        _mm512_and_si512(hs[r], m30),
-                    );
+                for (r, c) in q6k_unit_codes(first, u).into_iter().enumerate() {
                     _mm512_storeu_si512(
                         buf.add(256 * u + 64 * r) as *mut _,
-                        _mm512_sub_epi8(v, off),
+                        _mm512_sub_epi8(c, off),
                     );
                 }
             }
@@ -430,6 +408,33 @@ pub(super) unsafe fn prefetch(p: *const u8, len: usize) {
         _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8);
         off += 64;
     }
+}
+
+/// The four tile rows of Q6_K unit `u` of the panel block at `blk`, as unsigned 6-bit codes
+/// (`low nibble | high two bits << 4`).
+#[inline(always)]
+pub(super) unsafe fn q6k_unit_codes(blk: *const u8, u: usize) -> [__m512i; 4] {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let n0 = _mm512_loadu_si512(blk.add(128 * u) as *const _);
+    let n1 = _mm512_loadu_si512(blk.add(128 * u + 64) as *const _);
+    let h = _mm512_loadu_si512(blk.add(2048 + 64 * u) as *const _);
+    let highs = [
+        _mm512_slli_epi16::<4>(h),
+        _mm512_slli_epi16::<2>(h),
+        h,
+        _mm512_srli_epi16::<2>(h),
+    ];
+    let lows = [
+        n0,
+        _mm512_srli_epi16::<4>(n0),
+        n1,
+        _mm512_srli_epi16::<4>(n1),
+    ];
+    // (low & 0x0F) | (high & 0x30)
+    std::array::from_fn(|r| {
+        _mm512_ternarylogic_epi32::<0xEA>(lows[r], m4, _mm512_and_si512(highs[r], m30))
+    })
 }
 
 /// A chunk of two nibble-packed tile rows into `dst` (low nibbles, then high), less `off`.

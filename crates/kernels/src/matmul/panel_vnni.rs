@@ -7,7 +7,7 @@
 //! the float step are those of the tile kernels ([`super::panel_kernel`]), so the bits are too.
 
 use super::panel::{Kind, Layout, PackedMatrix};
-use super::panel_kernel::{prefetch, scales16, step16};
+use super::panel_kernel::{prefetch, q6k_unit_codes, scales16, step16};
 use crate::actq::QuantAct;
 use std::arch::x86_64::*;
 
@@ -112,35 +112,18 @@ unsafe fn q6k_block<const R: usize>(
     rows: &[*const i8; R],
     acc: &mut [__m512; 8],
 ) {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m30 = _mm512_set1_epi8(0x30);
     let zero = _mm512_setzero_si512();
     let nsum = x.k / 16;
     let mut isum = [zero; R];
     for u in 0..16 {
         let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(3072 + 16 * u) as *const __m128i));
-        let n0 = _mm512_loadu_si512(blk.add(128 * u) as *const _);
-        let n1 = _mm512_loadu_si512(blk.add(128 * u + 64) as *const _);
-        let h = _mm512_loadu_si512(blk.add(2048 + 64 * u) as *const _);
-        let hs = [
-            _mm512_slli_epi16::<4>(h),
-            _mm512_slli_epi16::<2>(h),
-            h,
-            _mm512_srli_epi16::<2>(h),
-        ];
-        let lows = [
-            n0,
-            _mm512_srli_epi16::<4>(n0),
-            n1,
-            _mm512_srli_epi16::<4>(n1),
-        ];
+        let codes = q6k_unit_codes(blk, u);
         // Unsigned 6-bit codes; the offset of 32 goes in through the unit's activation sum.
         let mut a: [__m512i; R] = std::array::from_fn(|i| {
             let s = *x.sums.get_unchecked((r0 + i) * nsum + 16 * b + u) as i32;
             _mm512_set1_epi32(-32 * s)
         });
-        for r in 0..4 {
-            let c = _mm512_ternarylogic_epi32::<0xEA>(lows[r], m4, _mm512_and_si512(hs[r], m30));
+        for (r, c) in codes.into_iter().enumerate() {
             let at = 256 * b + 16 * u + 4 * r;
             for i in 0..R {
                 a[i] = _mm512_dpbusd_epi32(a[i], c, x4(rows[i].add(at)));
