@@ -496,27 +496,54 @@ unsafe fn post_q4k(
     let sc: [__m512i; 8] = std::array::from_fn(|u| {
         _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(2048 + 16 * u) as *const __m128i))
     });
-    let mins: [__m512i; 4] = std::array::from_fn(|q| {
-        _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(2176 + 32 * q) as *const __m256i))
-    });
-    let d = scales16(blk.add(2304));
-    let dmin = scales16(blk.add(2336));
+    let tail = Q4kTail::of(blk);
     for i in 0..m {
-        let r = r0 + i;
         let mut isum = _mm512_setzero_si512();
         for (u, s) in sc.iter().enumerate() {
             isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(unit_sums(sums, u, i), *s));
         }
-        // The row's eight 32-value sums as four pairs of i16, against the mins' pairs.
+        let a = _mm512_loadu_ps(acc.add(16 * i));
+        _mm512_storeu_ps(acc.add(16 * i), tail.step(a, x, b, r0 + i, isum));
+    }
+}
+
+/// A Q4_K panel block's mins and float scales, for the float step of its rows.
+pub(super) struct Q4kTail {
+    mins: [__m512i; 4],
+    d: __m512,
+    dmin: __m512,
+}
+
+impl Q4kTail {
+    #[inline(always)]
+    pub(super) unsafe fn of(blk: *const u8) -> Q4kTail {
+        Q4kTail {
+            mins: std::array::from_fn(|q| {
+                _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(2176 + 32 * q) as *const __m256i))
+            }),
+            d: scales16(blk.add(2304)),
+            dmin: scales16(blk.add(2336)),
+        }
+    }
+
+    /// Row `r`'s float step for block `b` with integer sums `isum`: msum from the row's eight
+    /// 32-value sums (four pairs of i16) against the mins' pairs.
+    #[inline(always)]
+    pub(super) unsafe fn step(
+        &self,
+        acc: __m512,
+        x: &QuantAct,
+        b: usize,
+        r: usize,
+        isum: __m512i,
+    ) -> __m512 {
         let pairs = x.sums32_t.as_ptr().add((b * x.rows + r) * 8) as *const i32;
         let mut msum = _mm512_setzero_si512();
-        for (q, mv) in mins.iter().enumerate() {
+        for (q, mv) in self.mins.iter().enumerate() {
             msum = _mm512_dpwssd_epi32(msum, *mv, _mm512_set1_epi32(pairs.add(q).read_unaligned()));
         }
         let dx = _mm512_set1_ps(*x.d_t.get_unchecked(b * x.rows + r));
-        let a = _mm512_loadu_ps(acc.add(16 * i));
-        let a = step16(a, d, Some((dmin, msum, false)), dx, isum);
-        _mm512_storeu_ps(acc.add(16 * i), a);
+        step16(acc, self.d, Some((self.dmin, msum, false)), dx, isum)
     }
 }
 

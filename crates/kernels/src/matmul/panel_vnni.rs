@@ -7,7 +7,7 @@
 //! the float step are those of the tile kernels ([`super::panel_kernel`]), so the bits are too.
 
 use super::panel::{Kind, Layout, PackedMatrix};
-use super::panel_kernel::{prefetch, q6k_unit_codes, scales16, step16};
+use super::panel_kernel::{prefetch, q6k_unit_codes, scales16, step16, Q4kTail};
 use crate::actq::QuantAct;
 use std::arch::x86_64::*;
 
@@ -32,27 +32,13 @@ pub(crate) unsafe fn panel_rows<const R: usize>(
         *a = _mm512_setzero_ps();
     }
     let rows: [*const i8; R] = std::array::from_fn(|i| x.qs.as_ptr().add((r0 + i) * x.k));
-    match l.kind {
-        Kind::Q4K => {
-            for b in 0..p.blocks {
-                let blk = p.block(panel, b);
-                prefetch(blk, l.bytes);
-                q4k_block::<R>(blk, b, x, r0, &rows, acc);
-            }
-        }
-        Kind::Q6K => {
-            for b in 0..p.blocks {
-                let blk = p.block(panel, b);
-                prefetch(blk, l.bytes);
-                q6k_block::<R>(blk, b, x, r0, &rows, acc);
-            }
-        }
-        _ => {
-            for b in 0..p.blocks {
-                let blk = p.block(panel, b);
-                prefetch(blk, l.bytes);
-                legacy_block::<R>(l, blk, b, x, r0, &rows, acc);
-            }
+    for b in 0..p.blocks {
+        let blk = p.block(panel, b);
+        prefetch(blk, l.bytes);
+        match l.kind {
+            Kind::Q4K => q4k_block::<R>(blk, b, x, r0, &rows, acc),
+            Kind::Q6K => q6k_block::<R>(blk, b, x, r0, &rows, acc),
+            _ => legacy_block::<R>(l, blk, b, x, r0, &rows, acc),
         }
     }
 }
@@ -86,20 +72,9 @@ unsafe fn q4k_block<const R: usize>(
             isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(a[i], sc));
         }
     }
-    let mins: [__m512i; 4] = std::array::from_fn(|q| {
-        _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(2176 + 32 * q) as *const __m256i))
-    });
-    let d = scales16(blk.add(2304));
-    let dmin = scales16(blk.add(2336));
+    let tail = Q4kTail::of(blk);
     for i in 0..R {
-        let r = r0 + i;
-        let pairs = x.sums32_t.as_ptr().add((b * x.rows + r) * 8) as *const i32;
-        let mut msum = zero;
-        for (q, mv) in mins.iter().enumerate() {
-            msum = _mm512_dpwssd_epi32(msum, *mv, _mm512_set1_epi32(pairs.add(q).read_unaligned()));
-        }
-        let dx = _mm512_set1_ps(*x.d_t.get_unchecked(b * x.rows + r));
-        acc[i] = step16(acc[i], d, Some((dmin, msum, false)), dx, isum[i]);
+        acc[i] = tail.step(acc[i], x, b, r0 + i, isum[i]);
     }
 }
 
