@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// back and the host samples them).
     #[arg(long, requires = "raw")]
     pub temperature: Option<f32>,
+    /// With --raw: measure the model the way the engine runs it as a draft model (on the CPU,
+    /// requantized as --draft-quant says, its output head pruned to --draft-vocab ids).
+    #[arg(long, requires = "raw")]
+    pub as_draft: bool,
 }
 
 /// One benchmark's measurements, in tokens per second.
@@ -261,10 +265,14 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     let spec = load::spec_or_default(args.model.as_deref());
     let path = load::resolve(spec, global)?;
     let loaded = load::load(&path)?;
-    let model = loaded.model;
+    let backend = crate::device::Backend::open(global)?;
+    let mut model = loaded.model;
+    let as_draft_cpu = args.as_draft && !backend.is_gpu();
+    if as_draft_cpu && global.draft_quant == crate::DraftQuant::Q4_0 {
+        model = std::sync::Arc::new(model.requantized_q4_0()?);
+    }
     let cfg = &model.config;
     let pool = std::sync::Arc::new(load::thread_pool(global));
-    let backend = crate::device::Backend::open(global)?;
 
     let max_verify = args.verify.iter().copied().max().unwrap_or(0);
     let positions = args
@@ -276,7 +284,22 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     let ids = (0..positions.max(TG_PROMPT_TOKENS))
         .map(|_| (rng.next_u64() % cfg.vocab as u64) as TokenId)
         .collect();
-    let runner = backend.runner(&model, &pool, blocks * BLOCK_SIZE, positions, PP_CHUNK_ROWS)?;
+    let sizes = (blocks * BLOCK_SIZE, positions, PP_CHUNK_ROWS);
+    let keep = match global.draft_vocab {
+        0 => usize::MAX,
+        n => n,
+    };
+    let (runner, bytes_per_token) = if args.as_draft {
+        let head = model.pruned_head(if as_draft_cpu { keep } else { usize::MAX });
+        let bytes = model.bytes_per_token_with_head(&head);
+        (backend.draft_runner(&model, &pool, sizes, keep)?, bytes)
+    } else {
+        let (kv, ctx, rows) = sizes;
+        (
+            backend.runner(&model, &pool, kv, ctx, rows)?,
+            model.bytes_per_token(),
+        )
+    };
     if let Some(t) = args.temperature {
         if !(t > 0.0 && t <= 2.0) {
             bail!("--temperature must be in (0, 2], got {t}");
@@ -309,6 +332,18 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
         1,
         args.reps
     );
+    if args.as_draft {
+        eprintln!(
+            "bench: as a draft model: {}, {:.3} GB read per token",
+            model
+                .tensor_types()
+                .iter()
+                .map(|(d, n)| format!("{n} {d:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            bytes_per_token as f64 / 1e9
+        );
+    }
     let mut results = Vec::new();
     if args.pp > 0 {
         let runs = measure(args.reps, || bench.prefill(args.pp))?;
@@ -318,7 +353,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
             runs,
         });
     }
-    let bytes_per_token = model.bytes_per_token() as f64;
+    let bytes_per_token = bytes_per_token as f64;
     if args.tg > 0 {
         let runs = measure(args.reps, || bench.decode(args.tg))?;
         eprintln!("tg{}: {}", args.tg, fmt_runs(&runs));

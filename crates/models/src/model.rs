@@ -240,6 +240,15 @@ impl Model {
         self.weight_bytes() - embed
     }
 
+    /// [`bytes_per_token`](Model::bytes_per_token) when the output head reads only the columns
+    /// in `head` (a draft model's [`pruned_head`](Model::pruned_head)).
+    pub fn bytes_per_token_with_head(&self, head: &[std::ops::Range<usize>]) -> usize {
+        let vocab = self.config.vocab.max(1);
+        let kept: usize = head.iter().map(|r| r.len()).sum::<usize>().min(vocab);
+        let out = self.weights.output.data.len();
+        self.bytes_per_token() - out + out * kept / vocab
+    }
+
     pub fn tied_output(&self) -> bool {
         self.weights.tied_output
     }

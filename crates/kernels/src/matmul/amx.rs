@@ -19,8 +19,14 @@ pub fn available() -> bool {
     static A: OnceLock<bool> = OnceLock::new();
     *A.get_or_init(|| {
         let off = std::env::var("TENSORFOLD_AMX").is_ok_and(|v| v == "0");
-        !off && crate::detect() >= crate::SimdLevel::Avx512Vnni && detect()
+        !off && hardware()
     })
+}
+
+/// Whether the CPU has AMX tiles the OS lets us use, whatever `TENSORFOLD_AMX` says.
+pub fn hardware() -> bool {
+    static H: OnceLock<bool> = OnceLock::new();
+    *H.get_or_init(|| crate::detect() >= crate::SimdLevel::Avx512Vnni && detect())
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

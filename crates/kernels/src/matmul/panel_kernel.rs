@@ -382,30 +382,77 @@ unsafe fn unpack_group(
     (buf, l.unit_k / 4 * 64)
 }
 
-/// Bytes ahead of the panel block in use that are asked of the cache
-/// (`TENSORFOLD_PANEL_PREFETCH`, default 2048; 0 off). Panels lie one after another, so this
-/// runs into the next panel at the end of one. A prefetch changes no result.
-fn prefetch_distance() -> usize {
-    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *D.get_or_init(|| {
-        std::env::var("TENSORFOLD_PANEL_PREFETCH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2048)
+/// How far ahead of the panel block in use the kernels ask for weights, and into which cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Prefetch {
+    /// Bytes ahead (0: no prefetch). Panels lie one after another, so this runs into the next
+    /// panel at the end of one.
+    distance: usize,
+    /// Into L2 (`prefetcht1`) rather than L1 (`prefetcht0`).
+    l2: bool,
+}
+
+impl Prefetch {
+    /// `TENSORFOLD_PANEL_PREFETCH=BYTES[:l1|:l2]` (0: off).
+    fn parse(v: &str) -> Option<Prefetch> {
+        let (n, cache) = v.split_once(':').unwrap_or((v, ""));
+        let l2 = match cache {
+            "" | "l2" => true,
+            "l1" => false,
+            _ => return None,
+        };
+        Some(Prefetch {
+            distance: n.trim().parse().ok()?,
+            l2,
+        })
+    }
+}
+
+/// The prefetch plan: `TENSORFOLD_PANEL_PREFETCH`, else what was measured best on each kind of
+/// machine (docs/benchmarks.md): 2 KiB into L1 where AMX is built in (Sapphire Rapids class),
+/// 6 KiB into L2 elsewhere (Zen 4: a few-row call's arithmetic then hides the memory stream
+/// instead of adding to it; into L1 or nearer, it does not). A prefetch changes no result.
+fn prefetch_plan() -> Prefetch {
+    static P: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
+    *P.get_or_init(|| {
+        if let Ok(v) = std::env::var("TENSORFOLD_PANEL_PREFETCH") {
+            match Prefetch::parse(&v) {
+                Some(p) => return p,
+                None => eprintln!(
+                    "warning: TENSORFOLD_PANEL_PREFETCH={v:?} is not BYTES[:l1|:l2]; using the default"
+                ),
+            }
+        }
+        if amx::hardware() {
+            Prefetch {
+                distance: 2048,
+                l2: false,
+            }
+        } else {
+            Prefetch {
+                distance: 6144,
+                l2: true,
+            }
+        }
     })
 }
 
 /// Prefetches the `len` bytes at `p` plus the prefetch distance.
 #[inline(always)]
 pub(super) unsafe fn prefetch(p: *const u8, len: usize) {
-    let d = prefetch_distance();
-    if d == 0 {
+    let plan = prefetch_plan();
+    if plan.distance == 0 {
         return;
     }
-    let at = p.wrapping_add(d);
+    let at = p.wrapping_add(plan.distance);
     let mut off = 0;
     while off < len {
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8);
+        let line = at.wrapping_add(off) as *const i8;
+        if plan.l2 {
+            _mm_prefetch::<_MM_HINT_T1>(line);
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(line);
+        }
         off += 64;
     }
 }
@@ -610,5 +657,21 @@ unsafe fn post_legacy<const MIN: bool>(
             a = step16(a, d[j], min, dx, isum);
         }
         _mm512_storeu_ps(acc.add(16 * i), a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Prefetch;
+
+    #[test]
+    fn prefetch_settings_parse() {
+        let p = |distance, l2| Some(Prefetch { distance, l2 });
+        assert_eq!(Prefetch::parse("6144"), p(6144, true));
+        assert_eq!(Prefetch::parse("2048:l1"), p(2048, false));
+        assert_eq!(Prefetch::parse("4096:l2"), p(4096, true));
+        assert_eq!(Prefetch::parse("0"), p(0, true));
+        assert_eq!(Prefetch::parse("4096:l3"), None);
+        assert_eq!(Prefetch::parse("far"), None);
     }
 }
