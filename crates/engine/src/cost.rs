@@ -158,13 +158,23 @@ impl CostModel {
     /// target at the time: both run on the same cores and memory, so when the machine slows
     /// down or speeds up (another tenant, clocks) they move together, and a guess measured on
     /// a slow minute does not look dear for good (it would never be tried again to correct).
+    ///
+    /// The estimate falls halfway to a cheaper observation and rises slowly toward a dearer one
+    /// (a third of the way, the observation counted at most three times the estimate): what slows a guess is something else on the machine, never the guess
+    /// itself, so the cheap measurements are the true cost, and a guess measured in a slow
+    /// moment must not keep a good proposer from being used (it is only measured again when
+    /// it runs, that is, on a probe).
     pub fn observe_propose(&mut self, source: &'static str, tokens: usize, secs: f64) {
         if tokens == 0 || secs.is_nan() || secs < 0.0 {
             return;
         }
         let per = secs / tokens as f64 / self.forward_secs(1);
         let e = self.propose_secs.entry(source).or_insert(per);
-        *e += DECAY * 4.0 * (per - *e);
+        if per < *e {
+            *e -= 0.5 * (*e - per);
+        } else {
+            *e += DECAY * 4.0 * (per.min(3.0 * *e) - *e);
+        }
     }
 
     /// Seconds per guess of `source` (0 until it was observed).
@@ -387,6 +397,20 @@ mod tests {
         let r = m.recalibrated(&[(1, 2.0)]);
         assert_eq!(r.acceptance("d", Some(2)), m.acceptance("d", Some(2)));
         assert_eq!(r.forward_secs(1), 2.0);
+    }
+
+    #[test]
+    fn a_slow_guess_raises_the_cost_slowly_and_a_fast_one_lowers_it_fast() {
+        let mut c = CostModel::from_points(&[(1, 1.0), (8, 2.0)]);
+        c.observe_propose("m", 1, 0.25);
+        assert_eq!(c.propose_secs("m"), 0.25);
+        // A stall of 40 forwards: capped at three times the estimate, a third of the way.
+        c.observe_propose("m", 1, 10.0);
+        let after = c.propose_secs("m");
+        assert!(after > 0.25 && after < 0.5, "{after}");
+        // Back to normal: halfway down at once.
+        c.observe_propose("m", 1, 0.25);
+        assert!((c.propose_secs("m") - (after + 0.25) / 2.0).abs() < 1e-12);
     }
 
     #[test]

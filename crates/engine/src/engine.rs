@@ -488,12 +488,18 @@ impl Engine {
             }
         }
         let (mut source, mut k) = (best.0, best.1);
-        // Probe a silent proposer now and then, so that it can earn its way back.
-        if source.is_none() && self.round % PROBE_EVERY == (s.id as usize) % PROBE_EVERY {
+        // Probe a silent proposer now and then, so that it can earn its way back. A draft model
+        // is probed also when copies took the round: short matches that cost nothing to guess
+        // pay whenever a two-row forward costs about one row, and would otherwise keep a model
+        // that looked dear once (an unlucky measurement) from ever being measured again.
+        let probe_round = self.round % PROBE_EVERY == (s.id as usize) % PROBE_EVERY;
+        if probe_round && !matches!(source, Some(Source::Model(_))) {
             // Copies and draft models take turns, so neither keeps the other from being seen.
             let model_turn = (self.round / PROBE_EVERY) % 2 == 1 || copy.is_empty();
             if !model_turn {
-                (source, k) = (Some(Source::Copies(copy_name)), 1);
+                if source.is_none() {
+                    (source, k) = (Some(Source::Copies(copy_name)), 1);
+                }
             } else if !self.models.is_empty() {
                 // Every model takes its turn, also one that looked too dear to pay: its cost
                 // is measured again, in case the last measurement was unlucky.
@@ -503,7 +509,7 @@ impl Engine {
                 }
                 let pick = pool[self.round / PROBE_EVERY / 2 % pool.len()];
                 (source, k) = (Some(Source::Model(pick)), 1);
-            } else if !copy.is_empty() {
+            } else if source.is_none() && !copy.is_empty() {
                 (source, k) = (Some(Source::Copies(copy_name)), 1);
             }
         }

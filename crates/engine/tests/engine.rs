@@ -600,3 +600,67 @@ fn plain_picks_with_tree_drafts_equal_serial() {
     }
     assert!(tree_rows > 0, "no picked round carried tree rows");
 }
+
+/// A proposer that reports each guess as free (a draft model far cheaper than its target),
+/// whatever the test machine's timings.
+struct Timed(Prophet);
+
+impl Proposer for Timed {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
+        self.0.propose(seq, max)
+    }
+    fn costs_forward(&self) -> bool {
+        true
+    }
+    fn last_guess_secs(&self) -> Option<f64> {
+        Some(0.0)
+    }
+}
+
+/// A draft model that once looked far too dear (one guess measured at eight forwards) is
+/// probed again even while copies take every round (on a flat cost, a one-token copy always
+/// pays), measured cheap, and back in use within the same reply; the reply stays serial's.
+#[test]
+fn a_dear_looking_draft_model_is_probed_while_copies_win() {
+    let mut req = request(40, true, 600);
+    req.stop_tokens.clear();
+    // The next token hangs on the last one only: a one-token copy is often right, never always.
+    let want = solo_short(serial_config(), req.clone(), 1);
+    let replies: HashMap<Vec<TokenId>, Vec<TokenId>> =
+        std::iter::once((req.prompt.clone(), want.tokens.clone())).collect();
+    let mut cost = CostModel::flat();
+    cost.observe_propose("prophet", 1, 8.0);
+    assert!(!cost.can_ever_pay(0, cost.propose_secs("prophet")));
+    let mut fake = FakeRunner::new(VOCAB, BLOCKS);
+    fake.context = 1;
+    let mut e = Engine::new(Box::new(fake), EngineConfig::default(), cost);
+    e.add_draft_model(Box::new(Timed(Prophet {
+        replies,
+        right: 16,
+        rng: Rng(3),
+    })));
+    let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+    assert_eq!(run.tokens, want.tokens, "drafted == serial");
+    let prophet = run
+        .receipt
+        .sources
+        .iter()
+        .find(|s| s.name == "prophet")
+        .map_or(0, |s| s.drafted);
+    let copies: usize = run
+        .receipt
+        .sources
+        .iter()
+        .filter(|s| s.name.starts_with("copies"))
+        .map(|s| s.drafted)
+        .sum();
+    assert!(copies > 0, "copies proposed: {:?}", run.receipt.sources);
+    assert!(
+        prophet > 50,
+        "the draft model earned its way back: {:?}",
+        run.receipt.sources
+    );
+}

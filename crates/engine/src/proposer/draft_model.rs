@@ -14,8 +14,11 @@ use tf_kernels::kv::BLOCK_SIZE;
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
 
-/// Forwards of more rows than this are catch-ups, not part of a guess's cost.
-const CATCH_UP_ROWS: usize = 17;
+/// A round's first forward takes the tokens committed since the draft's last one: the target's
+/// own token and the last accepted guess (never fed back), about a row's cost. More than this
+/// (copies were accepted meanwhile, or the draft sat out rounds) is a catch-up, run as its own
+/// forward so that it never counts as the cost of a guess.
+const ROUND_ROWS: usize = 2;
 
 pub struct DraftModel {
     /// The draft model with a KV cache of as many blocks as the target's.
@@ -89,16 +92,24 @@ impl Proposer for DraftModel {
         if max == 0 || n == 0 {
             return Vec::new();
         }
-        let from = self.valid.get(&seq.id).copied().unwrap_or(0).min(n - 1);
-        let rows: Vec<Row> = (from..n)
-            .map(|p| Row {
-                token: seq.tokens[p],
-                pos: p,
-                table: seq.table,
-                logits: p == n - 1,
-                tree: None,
-            })
-            .collect();
+        let mut from = self.valid.get(&seq.id).copied().unwrap_or(0).min(n - 1);
+        let row = |p: usize| Row {
+            token: seq.tokens[p],
+            pos: p,
+            table: seq.table,
+            logits: p == n - 1,
+            tree: None,
+        };
+        if n - from > ROUND_ROWS {
+            let catch_up: Vec<Row> = (from..n - 1).map(row).collect();
+            if self.runner.forward(&catch_up).is_err() {
+                self.guess_secs = None;
+                return Vec::new();
+            }
+            self.valid.insert(seq.id, n - 1);
+            from = n - 1;
+        }
+        let rows: Vec<Row> = (from..n).map(row).collect();
         // Greedy requests take the draft's tokens as ids, plain temperature ones as picks (on a
         // GPU, only those come back).
         let ask = |position: usize| {
@@ -131,11 +142,7 @@ impl Proposer for DraftModel {
                 (n + out.len()) as u64,
                 &history[seq.prompt_len..],
             );
-            // A round's first forward also takes the tokens accepted since the last one (a few
-            // rows, about a row's cost); a catch-up over a whole prompt or reply is left out.
-            if next.len() <= CATCH_UP_ROWS {
-                one_row = (one_row.0 + 1, one_row.1 + started.elapsed().as_secs_f64());
-            }
+            one_row = (one_row.0 + 1, one_row.1 + started.elapsed().as_secs_f64());
             out.push(t);
             history.push(t);
             if out.len() == max {
