@@ -267,9 +267,8 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     let loaded = load::load(&path)?;
     let backend = crate::device::Backend::open(global)?;
     let mut model = loaded.model;
-    let as_draft_cpu = args.as_draft && !backend.is_gpu();
-    if as_draft_cpu && global.draft_quant == crate::DraftQuant::Q4_0 {
-        model = std::sync::Arc::new(model.requantized_q4_0()?);
+    if args.as_draft {
+        model = backend.draft_weights(model, global)?;
     }
     let cfg = &model.config;
     let pool = std::sync::Arc::new(load::thread_pool(global));
@@ -285,12 +284,10 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
         .map(|_| (rng.next_u64() % cfg.vocab as u64) as TokenId)
         .collect();
     let sizes = (blocks * BLOCK_SIZE, positions, PP_CHUNK_ROWS);
-    let keep = match global.draft_vocab {
-        0 => usize::MAX,
-        n => n,
-    };
+    let keep = global.draft_keep();
     let (runner, bytes_per_token) = if args.as_draft {
-        let head = model.pruned_head(if as_draft_cpu { keep } else { usize::MAX });
+        // A GPU reads the whole head anyway (`Backend::draft_runner`).
+        let head = model.pruned_head(if backend.is_gpu() { usize::MAX } else { keep });
         let bytes = model.bytes_per_token_with_head(&head);
         (backend.draft_runner(&model, &pool, sizes, keep)?, bytes)
     } else {

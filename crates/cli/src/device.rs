@@ -78,6 +78,15 @@ impl Backend {
         !matches!(self, Backend::Cpu)
     }
 
+    /// A draft model's weights as this backend runs them: on the CPU requantized to Q4_0 when
+    /// `--draft-quant` says so (its guesses only change speed), elsewhere as loaded.
+    pub fn draft_weights(&self, model: Arc<Model>, global: &GlobalArgs) -> Result<Arc<Model>> {
+        if global.draft_quant == crate::DraftQuant::Q4_0 && !self.is_gpu() {
+            return Ok(Arc::new(model.requantized_q4_0()?));
+        }
+        Ok(model)
+    }
+
     /// A runner for `model` with a cache of `kv_positions` positions, calls of up to
     /// `max_rows` rows at once on a GPU.
     pub fn runner(

@@ -54,14 +54,11 @@ pub fn build(
     let mut draft_model = None;
     if let Some(spec) = draft_spec {
         let dpath = load::resolve(&spec, global)?;
-        let mut dm = Model::load(&dpath)
+        let dm = Model::load(&dpath)
             .with_context(|| format!("cannot load draft model {}", dpath.display()))?;
-        if global.draft_quant == crate::DraftQuant::Q4_0 && matches!(backend, Backend::Cpu) {
-            dm = dm
-                .requantized_q4_0()
-                .with_context(|| format!("cannot requantize draft model {}", dpath.display()))?;
-        }
-        let dm = Arc::new(dm);
+        let dm = backend
+            .draft_weights(Arc::new(dm), global)
+            .with_context(|| format!("cannot requantize draft model {}", dpath.display()))?;
         if dm.config.vocab != target.config.vocab {
             bail!(
                 "draft model {} has a vocabulary of {} tokens, the target {}: they must share a tokenizer",
@@ -82,11 +79,12 @@ pub fn build(
     engine.sample_on(pool.clone());
     if let Some(dm) = &draft_model {
         let positions = blocks * tf_kernels::kv::BLOCK_SIZE;
-        let keep = match global.draft_vocab {
-            0 => usize::MAX,
-            n => n,
-        };
-        let draft = backend.draft_runner(dm, &pool, (positions, context, max_rows), keep)?;
+        let draft = backend.draft_runner(
+            dm,
+            &pool,
+            (positions, context, max_rows),
+            global.draft_keep(),
+        )?;
         engine.add_draft_model(Box::new(DraftModel::with_runner(draft)));
     }
     let calibration = engine.calibrate().context("measuring the forward cost")?;

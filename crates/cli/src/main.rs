@@ -106,6 +106,14 @@ impl GlobalArgs {
     pub fn threads(&self) -> Option<usize> {
         self.threads.map(|n| n as usize)
     }
+
+    /// Ids a CPU draft model's head keeps (`--draft-vocab`, 0 = all).
+    pub fn draft_keep(&self) -> usize {
+        match self.draft_vocab {
+            0 => usize::MAX,
+            n => n,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -159,11 +159,12 @@ impl CostModel {
     /// down or speeds up (another tenant, clocks) they move together, and a guess measured on
     /// a slow minute does not look dear for good (it would never be tried again to correct).
     ///
-    /// The estimate falls halfway to a cheaper observation and rises slowly toward a dearer one
-    /// (a third of the way, the observation counted at most three times the estimate): what slows a guess is something else on the machine, never the guess
-    /// itself, so the cheap measurements are the true cost, and a guess measured in a slow
-    /// moment must not keep a good proposer from being used (it is only measured again when
-    /// it runs, that is, on a probe).
+    /// The estimate falls halfway to a cheaper observation and rises slowly toward a dearer
+    /// one (a third of the way, the observation counted at most three times the estimate):
+    /// what slows a guess is something else on the machine, never the guess itself, so the
+    /// cheap measurements are the true cost, and a guess measured in a slow moment must not
+    /// keep a good proposer from being used (it is only measured again when it runs, that is,
+    /// on a probe).
     pub fn observe_propose(&mut self, source: &'static str, tokens: usize, secs: f64) {
         if tokens == 0 || secs.is_nan() || secs < 0.0 {
             return;

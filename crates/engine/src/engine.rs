@@ -496,11 +496,7 @@ impl Engine {
         if probe_round && !matches!(source, Some(Source::Model(_))) {
             // Copies and draft models take turns, so neither keeps the other from being seen.
             let model_turn = (self.round / PROBE_EVERY) % 2 == 1 || copy.is_empty();
-            if !model_turn {
-                if source.is_none() {
-                    (source, k) = (Some(Source::Copies(copy_name)), 1);
-                }
-            } else if !self.models.is_empty() {
+            if model_turn && !self.models.is_empty() {
                 // Every model takes its turn, also one that looked too dear to pay: its cost
                 // is measured again, in case the last measurement was unlucky.
                 let mut pool = useful_models.clone();
