@@ -535,9 +535,17 @@ __device__ __forceinline__ void matmul_mma_staged(const u8* w, int n, int k, con
 #ifndef MMA_MINB1
 #define MMA_MINB1 18
 #endif
+// name_NT_S_RW_bB: compiled to fit B blocks per multiprocessor (`mma::MmaCfg::bounded`).
+#define MMA_KERNEL_B(name, D, NT, S, RW, B)                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * S * RW, B)                                \
+        name##_##NT##_##S##_##RW##_b##B(const u8* w, int n, int k, const i8* xq, const float* xd, \
+                                        const i16* xs, int rows, float* out) {                   \
+        matmul_mma<D, NT, S, RW>(w, n, k, xq, xd, xs, rows, out);                                \
+    }
 #define MMA_CONFIGS(name, D)                                          \
     MMA_KERNEL_LB(name, D, 1, 1, 1, __launch_bounds__(32, MMA_MINB1)) \
     MMA_KERNEL(name, D, 2, 1, 1)                                      \
+    MMA_KERNEL_B(name, D, 2, 1, 1, 17)                                \
     MMA_KERNEL(name, D, 2, 1, 2)                                      \
     MMA_KERNEL(name, D, 4, 1, 1)                                      \
     MMA_KERNEL(name, D, 1, 16, 1)                                     \

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
+use tf_core::DType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -93,6 +94,10 @@ pub struct Gpu {
     /// = a staged suffix such as `st_2_4_2`, for measuring; which runs never changes a bit; the
     /// other forms read the activations' tensor-core copy, written for up to 64 rows).
     pub mma_many: Option<mma::MmaCfg>,
+    /// Forces the tensor-core configuration of calls of up to 64 rows that the few-row form
+    /// does not take, per type (`TENSORFOLD_CUDA_MMA_MID=q6k:1_1_1,q4k:2_1_1`, for measuring;
+    /// which runs never changes a bit).
+    pub mma_mid: Vec<(DType, mma::MmaCfg)>,
     /// The few-row tensor-core form on the calls [`mma::MmaCfg::few_for`] gives it
     /// (`TENSORFOLD_CUDA_MMA_FEW`, for measuring: `0` turns it off (`Some(None)`), a suffix
     /// such as `fws_2_8_1` puts that configuration there instead; unset: `None`).
@@ -186,6 +191,9 @@ impl Gpu {
             mma_many: std::env::var("TENSORFOLD_CUDA_MMA_MANY")
                 .ok()
                 .and_then(|v| mma::MMA_CFGS.iter().copied().find(|c| c.suffix() == v)),
+            mma_mid: std::env::var("TENSORFOLD_CUDA_MMA_MID")
+                .map(|v| mma::MmaCfg::parse_mid(&v))
+                .unwrap_or_default(),
             mma_few: std::env::var("TENSORFOLD_CUDA_MMA_FEW").ok().map(|v| {
                 mma::MMA_CFGS
                     .iter()

@@ -11,7 +11,8 @@ use crate::{CudaError, Gpu, Result};
 /// splitting the blocks of k, `rw` warps on further row tiles; with `cw` > 1 the staged form
 /// (`matmul_mma_staged`): `cw` x `rw` warps sharing activations staged in shared memory; with
 /// `h` > 0 the few-row form (`matmul_mma_few.cu`): `h` warps on 16 columns each, `s` slots of
-/// them splitting the blocks of k, `st` with the activations staged in shared memory.
+/// them splitting the blocks of k, `st` with the activations staged in shared memory; `b` > 0
+/// asks ptxas for registers that fit `b` thread blocks per multiprocessor (0: its own choice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmaCfg {
     pub nt: usize,
@@ -20,12 +21,14 @@ pub struct MmaCfg {
     pub cw: usize,
     pub h: usize,
     pub st: bool,
+    pub b: usize,
 }
 
 /// Every configuration `matmul_mma.cu` compiles (`MMA_CONFIGS`).
 pub const MMA_CFGS: &[MmaCfg] = &[
     MmaCfg::new(1, 1, 1),
     MmaCfg::new(2, 1, 1),
+    MmaCfg::new(2, 1, 1).bounded(ONE_WARP_B),
     MmaCfg::new(2, 1, 2),
     MmaCfg::new(4, 1, 1),
     MmaCfg::new(1, 16, 1),
@@ -62,6 +65,19 @@ pub const FEW_MIN_ROWS: usize = 2;
 /// blocks (two 8-row tiles of each 16 columns), one wave on an H200.
 pub const FEW_NT1_MAX_N: usize = 2112;
 
+/// Thread blocks of the one-warp, two-tile kernel (`2_1_1`) that fit a multiprocessor at the
+/// registers ptxas gives it on its own (128: Nsight Compute on the H200).
+pub const ONE_WARP_FIT: usize = 16;
+
+/// The blocks per multiprocessor its bounded form is compiled for (`2_1_1_b17`, at most 120
+/// registers): 7B's 16-row gate|up, 2,368 warps, then leaves 124 warps for a second wave
+/// instead of 256 (Nsight Compute: 1.12 waves at ptxas's 128 registers). H200, 7B shape,
+/// verify rounds after 512 tokens, greedy ids, interleaved runs: 16 rows 3.348 / 3.309 ->
+/// 3.256 / 3.247 ms (18 blocks: 3.312 / 3.266); again with the plain form forced
+/// (`TENSORFOLD_CUDA_MMA_MID=q4k:2_1_1`) 3.380 / 3.370 -> 3.253 / 3.245. 32 rows lost (5.496
+/// / 5.465 -> 5.640 / 5.635), so only calls of one row tile take it.
+pub const ONE_WARP_B: usize = 17;
+
 impl MmaCfg {
     pub const fn new(nt: usize, s: usize, rw: usize) -> MmaCfg {
         MmaCfg {
@@ -71,6 +87,7 @@ impl MmaCfg {
             cw: 1,
             h: 0,
             st: false,
+            b: 0,
         }
     }
 
@@ -82,6 +99,7 @@ impl MmaCfg {
             cw,
             h: 0,
             st: false,
+            b: 0,
         }
     }
 
@@ -93,6 +111,28 @@ impl MmaCfg {
             cw: 1,
             h,
             st,
+            b: 0,
+        }
+    }
+
+    /// This configuration compiled to fit `b` thread blocks per multiprocessor.
+    pub const fn bounded(self, b: usize) -> MmaCfg {
+        MmaCfg { b, ..self }
+    }
+
+    /// `self`, or its form bounded to [`ONE_WARP_B`] blocks per multiprocessor where that is the
+    /// faster: a one-warp Q4_K call of 9-16 rows (`2_1_1`) with more warps than one wave of
+    /// [`ONE_WARP_FIT`] per multiprocessor of the `sms` (7B's gate|up, 2,368 warps).
+    pub fn with_occupancy(self, dtype: DType, rows: usize, n: usize, sms: usize) -> MmaCfg {
+        let one_warp = self == MmaCfg::new(2, 1, 1);
+        if one_warp
+            && dtype == DType::Q4K
+            && (9..=16).contains(&rows)
+            && n / 16 > ONE_WARP_FIT * sms
+        {
+            self.bounded(ONE_WARP_B)
+        } else {
+            self
         }
     }
 
@@ -108,6 +148,23 @@ impl MmaCfg {
         !self.reads_frag() || x.has_frag()
     }
 
+    /// `TENSORFOLD_CUDA_MMA_MID`'s list: `type:suffix` pairs (`q4k` or `q6k`), comma-separated;
+    /// entries that name no compiled configuration are left out.
+    pub fn parse_mid(v: &str) -> Vec<(DType, MmaCfg)> {
+        v.split(',')
+            .filter_map(|e| {
+                let (t, c) = e.split_once(':')?;
+                let t = match t {
+                    "q4k" => DType::Q4K,
+                    "q6k" => DType::Q6K,
+                    _ => return None,
+                };
+                let c = MMA_CFGS.iter().copied().find(|m| m.suffix() == c)?;
+                Some((t, c))
+            })
+            .collect()
+    }
+
     /// The kernel's name suffix (after the type's base name).
     pub fn suffix(&self) -> String {
         if self.h > 0 {
@@ -116,7 +173,12 @@ impl MmaCfg {
         } else if self.cw > 1 {
             format!("st_{}_{}_{}", self.nt, self.cw, self.rw)
         } else {
-            format!("{}_{}_{}", self.nt, self.s, self.rw)
+            let b = if self.b > 0 {
+                format!("_b{}", self.b)
+            } else {
+                String::new()
+            };
+            format!("{}_{}_{}{b}", self.nt, self.s, self.rw)
         }
     }
 
@@ -288,14 +350,19 @@ impl Gpu {
         if x.rows == 0 {
             return Ok(());
         }
-        let forced = self.mma_many.filter(|_| x.rows > 64);
+        let mid = self.mma_mid.iter().find(|(t, _)| *t == dtype).map(|m| m.1);
+        let forced = match x.rows {
+            0..=64 => mid.filter(|_| MmaCfg::few_for(x.rows, n).is_none()),
+            _ => self.mma_many,
+        };
         let cfg = match (cfg.or(forced), self.mma_few) {
             (Some(c), _) => c,
             (None, Some(f)) if MmaCfg::few_for(x.rows, n).is_some() => match f {
                 Some(c) => c,
                 None => MmaCfg::without_few(dtype, x.rows, n, x.k, self.mma_split),
             },
-            _ => MmaCfg::for_call(dtype, x.rows, n, x.k, self.mma_split),
+            _ => MmaCfg::for_call(dtype, x.rows, n, x.k, self.mma_split)
+                .with_occupancy(dtype, x.rows, n, self.sms),
         };
         if !MMA_CFGS.contains(&cfg) {
             return Err(CudaError::Usage(format!(
@@ -387,6 +454,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_wide_one_tile_q4k_calls_take_the_bounded_one_warp_kernel() {
+        let pick = |dtype, rows, n| MmaCfg::for_call(dtype, rows, n, 3584, None);
+        let bounded = MmaCfg::new(2, 1, 1).bounded(ONE_WARP_B);
+        assert!(MMA_CFGS.contains(&bounded));
+        // 7B's gate|up on an H200's 132 multiprocessors, at 9-16 rows.
+        for rows in [9, 16] {
+            let c = pick(DType::Q4K, rows, 37888);
+            assert_eq!(c.with_occupancy(DType::Q4K, rows, 37888, 132), bounded);
+        }
+        // 32 rows, 1.5B's gate|up, and the Q6_K head keep ptxas's own registers.
+        for (dtype, rows, n) in [
+            (DType::Q4K, 32, 37888),
+            (DType::Q4K, 16, 17920),
+            (DType::Q6K, 16, 152064),
+            (DType::Q4K, 8, 37888),
+        ] {
+            let c = pick(dtype, rows, n);
+            assert_eq!(
+                c.with_occupancy(dtype, rows, n, 132).b,
+                0,
+                "{dtype} {rows} {n}"
+            );
+        }
+        assert_eq!(bounded.suffix(), "2_1_1_b17");
+    }
+
+    #[test]
     fn every_row_count_has_a_compiled_configuration() {
         for dtype in [DType::Q4K, DType::Q6K] {
             for rows in [1, 2, 8, 9, 16, 17, 33, 64, 65, 2048] {
@@ -427,6 +521,11 @@ mod tests {
                 format!("MMA_FEW(name, D, {}, {}, {}, {p})", c.nt, c.s, c.h)
             } else if c.cw > 1 {
                 format!("MMA_STAGED(name, D, {}, {}, {})", c.nt, c.cw, c.rw)
+            } else if c.b > 0 {
+                format!(
+                    "MMA_KERNEL_B(name, D, {}, {}, {}, {})",
+                    c.nt, c.s, c.rw, c.b
+                )
             } else {
                 format!("MMA_KERNEL(name, D, {}, {}, {})", c.nt, c.s, c.rw)
             };
