@@ -66,6 +66,11 @@ type Curve = ([f64; MAX_DRAFT], usize);
 const DRAFT_MARGIN: f64 = 0.08;
 /// Rounds between forced one-draft probes of a proposer that stopped paying (to notice recovery).
 pub const PROBE_EVERY: usize = 32;
+/// Rounds a draft model's catch-up (the tokens copies or serial rounds committed since its last
+/// use) is charged over when the model is weighed for a round: it is paid once and then serves
+/// the rounds after it, but after a long run of copies (an edit that reproduces its source) it
+/// costs several serial steps, and a short stretch without copies is cheaper served serially.
+pub const CATCH_UP_ROUNDS: usize = 4;
 
 pub struct CostModel {
     /// Shape of the cost curve: seconds per forward of r rows at `scale` 1, index r (0 unused).
@@ -181,6 +186,21 @@ impl CostModel {
     /// Seconds per guess of `source` (0 until it was observed).
     pub fn propose_secs(&self, source: &'static str) -> f64 {
         self.propose_secs.get(source).copied().unwrap_or(0.0) * self.forward_secs(1)
+    }
+
+    /// What a catch-up of `rows` rows through `source` (a draft model) is expected to cost a
+    /// round that uses it: the target's cost curve scaled to the source's one-row guess, shared
+    /// by the [`CATCH_UP_ROUNDS`] rounds it is expected to serve.
+    ///
+    /// A catch-up of up to one window's rows (`MAX_DRAFT + 1`: a round of copies) is not
+    /// charged: whichever source takes this round, the model pays about that much when it is
+    /// next used, so it must not tilt the choice toward copies (short copies are rarely right).
+    pub fn catch_up_secs(&self, source: &'static str, rows: usize) -> f64 {
+        if rows <= MAX_DRAFT + 1 {
+            return 0.0;
+        }
+        let per = self.propose_secs(source);
+        per * self.forward_secs(rows) / self.forward_secs(1) / CATCH_UP_ROUNDS as f64
     }
 
     /// A window of `drafted` guesses from `source` (for sequence `seq`) had its first
@@ -344,6 +364,30 @@ fn interpolate(pts: &[(usize, f64)], r: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_catch_up_costs_the_draft_models_rows_shared_over_its_rounds() {
+        // The CPU's shape: up to 4 rows at one row's cost, then about linear.
+        let mut cost =
+            CostModel::from_points(&[(1, 1.0), (4, 1.0), (8, 1.5), (16, 3.0), (32, 6.0)]);
+        cost.observe_propose("draft-model", 1, 0.25);
+        // Up to one window behind: paid whichever source takes the round, so not charged.
+        assert_eq!(cost.catch_up_secs("draft-model", 0), 0.0);
+        assert_eq!(cost.catch_up_secs("draft-model", MAX_DRAFT + 1), 0.0);
+        let per = cost.propose_secs("draft-model");
+        let just = cost.catch_up_secs("draft-model", 32);
+        let want = per * cost.forward_secs(32) / cost.forward_secs(1) / CATCH_UP_ROUNDS as f64;
+        assert!((just - want).abs() < 1e-12, "{just} {want}");
+        // 100 rows behind (a long run of copies): a catch-up of several target steps.
+        let long = cost.catch_up_secs("draft-model", 100);
+        assert!(
+            long > 4.0 * cost.forward_secs(1) / CATCH_UP_ROUNDS as f64,
+            "{long}"
+        );
+        assert!(long > 3.0 * just);
+        // A source never measured costs nothing to catch up.
+        assert_eq!(cost.catch_up_secs("copies", 100), 0.0);
+    }
 
     #[test]
     fn drafts_pay_only_when_rows_are_cheap_and_guesses_good() {

@@ -460,16 +460,17 @@ impl Engine {
         let k_copy = self
             .cost
             .best_window(copy_name, id, copy.len(), other_rows, 0.0);
-        let rate = |cost: &CostModel, name: &'static str, k: usize, per: f64| {
+        let rate = |cost: &CostModel, name: &'static str, k: usize, per: f64, extra: f64| {
             cost.expected_tokens(name, id, k)
-                / (cost.forward_secs(other_rows + 1 + k) + per * k as f64)
+                / (cost.forward_secs(other_rows + 1 + k) + per * k as f64 + extra)
         };
-        let mut best: (Option<Source>, usize, f64) = (None, 0, rate(&self.cost, copy_name, 0, 0.0));
+        let serial = rate(&self.cost, copy_name, 0, 0.0, 0.0);
+        let mut best: (Option<Source>, usize, f64) = (None, 0, serial);
         if k_copy > 0 {
             best = (
                 Some(Source::Copies(copy_name)),
                 k_copy,
-                rate(&self.cost, copy_name, k_copy, 0.0),
+                rate(&self.cost, copy_name, k_copy, 0.0, 0.0),
             );
         }
         let mut useful_models = Vec::new();
@@ -482,7 +483,8 @@ impl Engine {
             }
             useful_models.push(mi);
             let k = self.cost.best_window(m.name(), id, room, other_rows, per);
-            let r = rate(&self.cost, m.name(), k, per);
+            let catch_up = self.cost.catch_up_secs(m.name(), m.behind(&view));
+            let r = rate(&self.cost, m.name(), k, per, catch_up);
             if k > 0 && r > best.2 {
                 best = (Some(Source::Model(mi)), k, r);
             }

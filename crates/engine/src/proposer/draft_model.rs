@@ -66,6 +66,21 @@ impl Proposer for DraftModel {
         self.guess_secs
     }
 
+    fn behind(&self, seq: &SeqView) -> usize {
+        let n = seq.tokens.len();
+        let from = self
+            .valid
+            .get(&seq.id)
+            .copied()
+            .unwrap_or(0)
+            .min(n.saturating_sub(1));
+        if n - from > ROUND_ROWS {
+            n - 1 - from
+        } else {
+            0
+        }
+    }
+
     fn prefill(&mut self, seq: &SeqView) {
         let n = seq.tokens.len();
         let from = self.valid.get(&seq.id).copied().unwrap_or(0);

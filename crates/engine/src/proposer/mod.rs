@@ -42,6 +42,11 @@ pub trait Proposer: Send {
     fn last_guess_secs(&self) -> Option<f64> {
         None
     }
+    /// Rows a [`propose`](Proposer::propose) for `seq` would first run as a catch-up (the
+    /// tokens committed since the proposer last saw the sequence, past a round's own rows).
+    fn behind(&self, _seq: &SeqView) -> usize {
+        0
+    }
     /// The sequence's prompt is prefilled: a proposer that keeps state per sequence may catch
     /// up now, inside the prompt's time, rather than in its first round.
     fn prefill(&mut self, _seq: &SeqView) {}
