@@ -464,8 +464,8 @@ impl Engine {
             cost.expected_tokens(name, id, k)
                 / (cost.forward_secs(other_rows + 1 + k) + per * k as f64 + extra)
         };
-        let serial = rate(&self.cost, copy_name, 0, 0.0, 0.0);
-        let mut best: (Option<Source>, usize, f64) = (None, 0, serial);
+        let mut best: (Option<Source>, usize, f64) =
+            (None, 0, rate(&self.cost, copy_name, 0, 0.0, 0.0));
         if k_copy > 0 {
             best = (
                 Some(Source::Copies(copy_name)),

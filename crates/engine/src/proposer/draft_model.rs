@@ -53,6 +53,24 @@ impl DraftModel {
     }
 }
 
+impl DraftModel {
+    /// The positions of `seq` that a proposal first runs as a catch-up forward:
+    /// from the first one the draft's KV lacks up to the last token, when that is more than
+    /// a round's own rows ([`ROUND_ROWS`]); empty otherwise, starting where the round's rows do.
+    fn catch_up(&self, seq: &SeqView) -> std::ops::Range<usize> {
+        let n = seq.tokens.len();
+        if n == 0 {
+            return 0..0;
+        }
+        let from = self.valid.get(&seq.id).copied().unwrap_or(0).min(n - 1);
+        if n - from > ROUND_ROWS {
+            from..n - 1
+        } else {
+            from..from
+        }
+    }
+}
+
 impl Proposer for DraftModel {
     fn name(&self) -> &'static str {
         "draft-model"
@@ -67,18 +85,7 @@ impl Proposer for DraftModel {
     }
 
     fn behind(&self, seq: &SeqView) -> usize {
-        let n = seq.tokens.len();
-        let from = self
-            .valid
-            .get(&seq.id)
-            .copied()
-            .unwrap_or(0)
-            .min(n.saturating_sub(1));
-        if n - from > ROUND_ROWS {
-            n - 1 - from
-        } else {
-            0
-        }
+        self.catch_up(seq).len()
     }
 
     fn prefill(&mut self, seq: &SeqView) {
@@ -107,7 +114,6 @@ impl Proposer for DraftModel {
         if max == 0 || n == 0 {
             return Vec::new();
         }
-        let mut from = self.valid.get(&seq.id).copied().unwrap_or(0).min(n - 1);
         let row = |p: usize| Row {
             token: seq.tokens[p],
             pos: p,
@@ -115,9 +121,11 @@ impl Proposer for DraftModel {
             logits: p == n - 1,
             tree: None,
         };
-        if n - from > ROUND_ROWS {
-            let catch_up: Vec<Row> = (from..n - 1).map(row).collect();
-            if self.runner.forward(&catch_up).is_err() {
+        let catch_up = self.catch_up(seq);
+        let mut from = catch_up.start;
+        if !catch_up.is_empty() {
+            let rows: Vec<Row> = catch_up.map(row).collect();
+            if self.runner.forward(&rows).is_err() {
                 self.guess_secs = None;
                 return Vec::new();
             }
