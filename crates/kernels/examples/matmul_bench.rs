@@ -1,5 +1,5 @@
 //! Quantized matmul speed by row count: `cargo run --release -p tf-kernels --example
-//! matmul_bench -- [q4k|q6k|q8_0|q5_0] [THREADS] [COLUMNS] [K]` (defaults q4k, 2, 8960, 1536).
+//! matmul_bench -- [q4k|q6k|q8_0|q5_0|q4_0] [THREADS] [COLUMNS] [K]` (defaults q4k, 2, 8960, 1536).
 //! "memory": a set of matrices of about 124 MB together, far beyond the last-level cache, one
 //! pass over all of them (the weights stream from memory, as in a forward); "cache": the first
 //! matrix as many times (with a few hundred columns it stays in a core's L2, so the figure is
@@ -18,8 +18,9 @@ fn main() {
         Some("q6k") => DType::Q6K,
         Some("q8_0") => DType::Q8_0,
         Some("q5_0") => DType::Q5_0,
+        Some("q4_0") => DType::Q4_0,
         Some(other) => {
-            eprintln!("matmul_bench: unknown type '{other}' (q4k, q6k, q8_0 or q5_0)");
+            eprintln!("matmul_bench: unknown type '{other}' (q4k, q6k, q8_0, q5_0 or q4_0)");
             std::process::exit(2);
         }
     };
