@@ -62,6 +62,30 @@ fn long_rows_in_block_runs_equal_the_reference() {
     }
 }
 
+/// Legacy rows whose block count is not a multiple of eight (the AVX2 Q4_0 kernel takes blocks
+/// eight at a time, then four, then one): 1..=3 blocks, 8 + 3, 8 + 4 + 1, and Qwen2.5-0.5B's
+/// 896 values (8 + 8 + 8 + 4), at 1, 3, 8 and 11 rows, every level equal to the reference.
+#[test]
+fn legacy_block_counts_off_eight_equal_the_reference() {
+    let pool = ThreadPool::new(2);
+    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+        for k in [32usize, 64, 96, 352, 416, 896] {
+            let n = 5;
+            let mut rng = Rng(5150 + k as u64 + dtype.ggml_id() as u64);
+            let wb = weights(&mut rng, dtype, k * n);
+            let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+            for rows in [1, 3, 8, 11] {
+                let x = activations(&mut rng, rows * k);
+                let want = run(SimdLevel::Scalar, &pool, &w, &x, rows);
+                for level in SimdLevel::available() {
+                    let got = run(level, &pool, &w, &x, rows);
+                    assert!(bits_eq(&got, &want), "{dtype} k={k} rows={rows} {level:?}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rows_are_invariant_to_batch_offset_and_threads() {
     let level = tf_kernels::detect();

@@ -49,7 +49,10 @@ fn detect_hw() -> SimdLevel {
         && is_x86_feature_detected!("fma")
     {
         SimdLevel::Avx512Vnni
-    } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+    } else if is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+    {
         SimdLevel::Avx2
     } else {
         SimdLevel::Scalar

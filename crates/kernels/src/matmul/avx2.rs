@@ -1,4 +1,4 @@
-//! AVX2 dot products; Q4_K and Q6_K take several rows per decoded weight block. Integer block
+//! AVX2 dot products; Q4_K, Q6_K and Q4_0 take several rows per decoded weight block. Integer block
 //! sums come from `vpmaddubsw` (unsigned weight codes times signed activations, adjacent pairs
 //! added into i16) widened to i32 by `vpmaddwd`, which also applies
 //! the integer group scales; the float step per block is [`block_step`] exactly, in ascending
@@ -13,6 +13,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+use super::lanes8::{prefetch_ahead, reduce8_256, reduce_rows, row_lanes, step8};
 use super::reference::block_step;
 use super::unpack::{f16_at, f16_to_f32, Shape};
 use crate::actq::QuantAct;
@@ -179,13 +180,6 @@ unsafe fn high_bits32(qh: *const u8) -> __m256i {
 }
 
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q4_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    legacy_dot(w, x, row, 18, Shape::Scale, 8, |b, xv| {
-        dot4(nibbles32(b.add(2)), xv)
-    })
-}
-
-#[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q4_1(w: &[u8], x: &QuantAct, row: usize) -> f32 {
     legacy_dot(w, x, row, 20, Shape::ScalePlusMin, 0, |b, xv| {
         dot4(nibbles32(b.add(4)), xv)
@@ -225,6 +219,127 @@ pub unsafe fn dot_q8_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {
         _mm256_sub_epi32(_mm256_madd_epi16(pos, one), _mm256_madd_epi16(neg, one))
     })
 }
+
+/// Q4_0 rows `r0..r0 + R` against one weight row. Eight blocks at a time: their codes are
+/// unpacked once for all rows, each row's eight block sums are reduced into one vector, the
+/// eight products `(d * dx) * isum` are taken in one vector and added to the row's sum in
+/// ascending block order: [`block_step`] exactly, with one horizontal reduction per eight
+/// blocks instead of one per four and no scalar f16 conversions.
+#[inline(always)]
+unsafe fn q4_0_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
+    let nb = w.len() / 18;
+    assert!(r0 + R <= x.rows && 32 * nb <= x.k && out.len() >= R);
+    let mut acc = [0f32; R];
+    let mut b = 0;
+    while b + 8 <= nb {
+        q4_0_group::<R, 8>(w, x, r0, b, &mut acc);
+        b += 8;
+    }
+    if b + 4 <= nb {
+        q4_0_group::<R, 4>(w, x, r0, b, &mut acc);
+        b += 4;
+    }
+    while b < nb {
+        let blk = w.as_ptr().add(18 * b);
+        let u = nibbles32(blk.add(2));
+        let d = f16_one(blk);
+        for (r, a) in acc.iter_mut().enumerate() {
+            let row = r0 + r;
+            let usum = hsum(dot4(u, load_x(x.row_qs(row).as_ptr().add(32 * b))));
+            let sx = *x.row_sums(row).get_unchecked(b) as i32;
+            let dx = *x.row_d(row).get_unchecked(b);
+            *a = block_step(*a, Shape::Scale, d, 0.0, dx, usum - 8 * sx, 0);
+        }
+        b += 1;
+    }
+    out[..R].copy_from_slice(&acc);
+}
+
+/// [`reduce8_256`] for lanes of at most 7680 in magnitude (four products of a 4-bit code and
+/// an i8 activation): partial sums stay within i16, so saturating packs and `vpmaddwd` by ones
+/// do the pairwise adds, cheaper on AVX2 machines than `vphaddd`. Exact integer sums.
+#[inline(always)]
+unsafe fn reduce8_small(p: &[__m256i; 8]) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    let pair = |a: __m256i, b: __m256i| _mm256_madd_epi16(_mm256_packs_epi32(a, b), ones);
+    // Per 128-bit half: two lanes of each of two vectors, then one lane of each of four.
+    let q0 = pair(pair(p[0], p[1]), pair(p[2], p[3]));
+    let q1 = pair(pair(p[4], p[5]), pair(p[6], p[7]));
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(q0, q1),
+        _mm256_permute2x128_si256::<0x31>(q0, q1),
+    )
+}
+
+/// Blocks `b..b + G` (G = 4 or 8) of [`q4_0_rows`].
+#[inline(always)]
+unsafe fn q4_0_group<const R: usize, const G: usize>(
+    w: &[u8],
+    x: &QuantAct,
+    r0: usize,
+    b: usize,
+    acc: &mut [f32; R],
+) {
+    let p = w.as_ptr().add(18 * b);
+    prefetch_ahead(p, 18 * G);
+    // Each block's 16 code bytes in both halves, shifted by 0 and 4 bits: values 0..16, 16..32.
+    let shifts = _mm256_setr_epi64x(0, 0, 4, 4);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let codes: [__m256i; G] = std::array::from_fn(|i| {
+        let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(18 * i + 2) as *const __m128i));
+        _mm256_and_si256(_mm256_srlv_epi64(v, shifts), m4)
+    });
+    // The G block scales: four bytes at each block's start (its f16 and two code bytes, all
+    // inside the block), the low two kept, converted by F16C as `f16_to_f32` would.
+    let offsets = _mm256_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126);
+    let raw = _mm256_mask_i32gather_epi32::<1>(
+        _mm256_setzero_si256(),
+        p as *const i32,
+        offsets,
+        row_lanes::<G>(),
+    );
+    let low16 = _mm256_shuffle_epi8(
+        raw,
+        _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1,
+            -1, -1, -1, -1, -1, -1, -1,
+        ),
+    );
+    let d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b1000>(
+        low16,
+    )));
+    let ones = _mm256_set1_epi16(1);
+    let nbx = x.k / 32;
+    for (r, a) in acc.iter_mut().enumerate() {
+        let row = r0 + r;
+        let xq = x.qs.as_ptr().add(row * x.k + 32 * b);
+        let mut ps = [_mm256_setzero_si256(); 8];
+        for (i, pi) in ps.iter_mut().take(G).enumerate() {
+            *pi = _mm256_madd_epi16(_mm256_maddubs_epi16(codes[i], load_x(xq.add(32 * i))), ones);
+        }
+        let usum = reduce8_small(&ps);
+        let sp = x.sums.as_ptr().add(row * nbx + b);
+        let dp = x.d.as_ptr().add(row * nbx + b);
+        let (sx, dx) = if G == 8 {
+            (_mm_loadu_si128(sp as *const __m128i), _mm256_loadu_ps(dp))
+        } else {
+            (
+                _mm_loadl_epi64(sp as *const __m128i),
+                _mm256_maskload_ps(dp, row_lanes::<G>()),
+            )
+        };
+        // Codes are u - 8: the 8 goes through the block sums of the activations.
+        let isum = _mm256_sub_epi32(usum, _mm256_slli_epi32::<3>(_mm256_cvtepi16_epi32(sx)));
+        let t = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum));
+        let mut ts = [0f32; 8];
+        _mm256_storeu_ps(ts.as_mut_ptr(), t);
+        for &ti in &ts[..G] {
+            *a += ti;
+        }
+    }
+}
+
+rows_by_eight!(rows_q4_0, q4_0_rows, "avx2,fma,f16c");
 
 // ---------------------------------------------------------------------------------------------
 // K-quant 256-value super-blocks.
@@ -401,113 +516,160 @@ pub unsafe fn dot_q5k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Several rows per weight block (Q4_K, Q6_K): the block's codes and scales are unpacked once,
-// then each row runs exactly the per-row operations of `dot_q4k` / `dot_q6k` (integer sums are
-// exact in any grouping; the float step is `block_step`, in ascending block order per row).
+// Several rows per weight block (Q4_K, Q6_K). Each 32 codes are unpacked once per block and
+// meet every row's activations while in a register: three vector operations per 32 values and
+// row (`vpmaddubsw`, `vpmaddwd` by the group scales, `vpaddd`), the least AVX2 allows. Each row
+// keeps its own i32 lanes; at the end of a block the rows' lanes are reduced into one vector of
+// row sums and the float step runs for all rows at once ([`step8`], `block_step` lane by lane,
+// in ascending block order per row), so a row's result is the scalar reference's whatever the
+// row count.
+
+/// Pointers to the quantized activations of rows `r0..r0 + R`.
+#[inline(always)]
+unsafe fn row_ptrs<const R: usize>(x: &QuantAct, r0: usize, nb: usize) -> [*const i8; R] {
+    assert!(r0 + R <= x.rows && 256 * nb <= x.k && x.d_t.len() == x.rows * (x.k / 256));
+    std::array::from_fn(|r| x.qs.as_ptr().add((r0 + r) * x.k))
+}
+
+/// The two f16 factors at `p` (d, then dmin; the four bytes must be readable) by F16C, which converts every value as
+/// [`f16_to_f32`] does (NaN quieting included) in one instruction instead of two branchy ones.
+#[inline(always)]
+unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The f16 factor at `p` by F16C (see [`f16_pair`]).
+#[inline(always)]
+unsafe fn f16_one(p: *const u8) -> f32 {
+    let h = (p as *const u16).read_unaligned();
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// Row sums of two sets of per-row accumulators: lane r of the first vector is the sum of
+/// `a[r]`, of the second the sum of `b[r]`. Up to four rows share one reduction tree.
+#[inline(always)]
+unsafe fn reduce_two<const R: usize>(a: &[__m256i; R], b: &[__m256i; R]) -> (__m256i, __m256i) {
+    if R == 1 {
+        // Lanes [Σa, Σb, Σa, Σb] after two horizontal adds.
+        let h = _mm256_hadd_epi32(a[0], b[0]);
+        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+        let s = _mm_hadd_epi32(s, s);
+        (
+            _mm256_castsi128_si256(s),
+            _mm256_castsi128_si256(_mm_shuffle_epi32::<0b01>(s)),
+        )
+    } else if R <= 4 {
+        let mut all = [_mm256_setzero_si256(); 8];
+        all[..R].copy_from_slice(a);
+        all[4..4 + R].copy_from_slice(b);
+        let s = reduce8_256(&all);
+        (s, _mm256_permute2x128_si256::<0x11>(s, s))
+    } else {
+        (reduce_rows(a), reduce_rows(b))
+    }
+}
+
+/// Stores the first `R` lanes of `acc` to `out`.
+#[inline(always)]
+unsafe fn store_rows<const R: usize>(acc: __m256, out: &mut [f32]) {
+    assert!(out.len() >= R);
+    _mm256_maskstore_ps(out.as_mut_ptr(), row_lanes::<R>(), acc);
+}
 
 /// Q4_K rows `r0..r0 + R` against one weight row.
 #[inline(always)]
 unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     let nb = w.len() / 144;
-    let mut acc = [0f32; R];
+    let xp = row_ptrs::<R>(x, r0, nb);
+    let rows = x.rows;
     let m4 = _mm256_set1_epi8(0x0F);
     let zero = _mm256_setzero_si256();
+    // Each min repeated for its two groups of 16.
+    let min_idx = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    let mut acc = _mm256_setzero_ps();
     for b in 0..nb {
         let blk = w.get_unchecked(144 * b..144 * (b + 1));
         let p = blk.as_ptr();
+        prefetch_ahead(p, 144);
         let sm = k4_scales_mins(&blk[4..16]);
         let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-        let mut codes = [zero; 8];
-        let mut scales = [zero; 8];
+        let mut isums = [zero; R];
         for j in 0..4 {
             let v = load(p.add(16 + 32 * j));
-            codes[2 * j] = _mm256_and_si256(v, m4);
-            codes[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-            scales[2 * j] = bcast_scale(sc16, 2 * j);
-            scales[2 * j + 1] = bcast_scale(sc16, 2 * j + 1);
-        }
-        let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
-        for (r, a) in acc.iter_mut().enumerate() {
-            let row = r0 + r;
-            let xb = x.row_qs(row).as_ptr().add(256 * b);
-            let sums16 = _mm256_loadu_si256(x.row_sums(row).as_ptr().add(16 * b) as *const __m256i);
-            let mut isum = zero;
-            for (i, (&u, &sc)) in codes.iter().zip(&scales).enumerate() {
-                isum = _mm256_add_epi32(isum, dot_scaled(u, load_x(xb.add(32 * i)), sc));
+            let lo = _mm256_and_si256(v, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            let s_lo = bcast_scale(sc16, 2 * j);
+            let s_hi = bcast_scale(sc16, 2 * j + 1);
+            for (r, isum) in isums.iter_mut().enumerate() {
+                let xb = xp[r].add(256 * b + 64 * j);
+                *isum = _mm256_add_epi32(*isum, dot_scaled(lo, load_x(xb), s_lo));
+                *isum = _mm256_add_epi32(*isum, dot_scaled(hi, load_x(xb.add(32)), s_hi));
             }
-            let (isum, msum) = hsum2(isum, k4_mins(sm, sums16));
-            *a = block_step(
-                *a,
-                Shape::ScaleMinusMin,
-                d,
-                dmin,
-                x.row_d(row)[b],
-                isum,
-                msum,
-            );
         }
+        let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_idx));
+        let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16);
+        let msums: [__m256i; R] = std::array::from_fn(|r| {
+            _mm256_madd_epi16(mins, _mm256_loadu_si256(sp.add(16 * r) as *const __m256i))
+        });
+        let dx = _mm256_maskload_ps(x.d_t.as_ptr().add(b * rows + r0), row_lanes::<R>());
+        let (d, dmin) = f16_pair(p);
+        let (isum, msum) = reduce_two(&isums, &msums);
+        acc = step8(acc, Shape::ScaleMinusMin, d, dmin, dx, isum, msum);
     }
-    out[..R].copy_from_slice(&acc);
+    store_rows::<R>(acc, out);
 }
 
 /// Q6_K rows `r0..r0 + R` against one weight row.
 #[inline(always)]
 unsafe fn q6k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut [f32]) {
     let nb = w.len() / 210;
-    let mut acc = [0f32; R];
+    let xp = row_ptrs::<R>(x, r0, nb);
+    let rows = x.rows;
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(0x30);
-    let zero = _mm256_setzero_si256();
+    let mut acc = _mm256_setzero_ps();
     for b in 0..nb {
         let blk = w.get_unchecked(210 * b..210 * (b + 1));
         let p = blk.as_ptr();
+        prefetch_ahead(p, 210);
         let sc = _mm_loadu_si128(p.add(192) as *const __m128i);
-        let sc16 = _mm256_cvtepi8_epi16(sc);
-        let mut codes = [zero; 8];
-        let mut scales = [zero; 8];
+        // Codes are u - 32 with u in 0..64: each row starts from -32 Σ_g scale_g * sum_g
+        // (an i8 scale times -32 fits i16).
+        let neg32 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(sc), _mm256_set1_epi16(-32));
+        let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16);
+        let mut isums: [__m256i; R] = std::array::from_fn(|r| {
+            _mm256_madd_epi16(neg32, _mm256_loadu_si256(sp.add(16 * r) as *const __m256i))
+        });
         for n in 0..2 {
             let ql0 = load(p.add(64 * n));
             let ql1 = load(p.add(64 * n + 32));
             let qh = load(p.add(128 + 32 * n));
-            codes[4 * n] = _mm256_or_si256(
-                _mm256_and_si256(ql0, m4),
-                _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
-            );
-            codes[4 * n + 1] = _mm256_or_si256(
-                _mm256_and_si256(ql1, m4),
-                _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
-            );
-            codes[4 * n + 2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                _mm256_and_si256(qh, m2),
-            );
-            codes[4 * n + 3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
-            );
             for i in 0..4 {
-                scales[4 * n + i] = pair_scales(sc, 4 * n + i);
+                let (ql, hi) = match i {
+                    0 => (ql0, _mm256_slli_epi16::<4>(qh)),
+                    1 => (ql1, _mm256_slli_epi16::<2>(qh)),
+                    2 => (_mm256_srli_epi16::<4>(ql0), qh),
+                    _ => (_mm256_srli_epi16::<4>(ql1), _mm256_srli_epi16::<2>(qh)),
+                };
+                let u = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(hi, m2));
+                let s = pair_scales(sc, 4 * n + i);
+                for (r, isum) in isums.iter_mut().enumerate() {
+                    let xb = xp[r].add(256 * b + 128 * n + 32 * i);
+                    *isum = _mm256_add_epi32(*isum, dot_scaled(u, load_x(xb), s));
+                }
             }
         }
-        let d = f16_at(blk, 208);
-        for (r, a) in acc.iter_mut().enumerate() {
-            let row = r0 + r;
-            let xb = x.row_qs(row).as_ptr().add(256 * b);
-            let sums16 = _mm256_loadu_si256(x.row_sums(row).as_ptr().add(16 * b) as *const __m256i);
-            // Codes are u - 32 with u in 0..64; the -32 goes through the group sums.
-            let corr = _mm256_madd_epi16(sc16, sums16);
-            let mut isum = _mm256_sub_epi32(zero, _mm256_slli_epi32::<5>(corr));
-            for (i, (&u, &s)) in codes.iter().zip(&scales).enumerate() {
-                isum = _mm256_add_epi32(isum, dot_scaled(u, load_x(xb.add(32 * i)), s));
-            }
-            *a = block_step(*a, Shape::Scale, d, 0.0, x.row_d(row)[b], hsum(isum), 0);
-        }
+        let dx = _mm256_maskload_ps(x.d_t.as_ptr().add(b * rows + r0), row_lanes::<R>());
+        let none = _mm256_setzero_si256();
+        let d = f16_one(p.add(208));
+        acc = step8(acc, Shape::Scale, d, 0.0, dx, reduce_rows(&isums), none);
     }
-    out[..R].copy_from_slice(&acc);
+    store_rows::<R>(acc, out);
 }
 
-rows_by_eight!(rows_q4k, q4k_rows, "avx2,fma");
-rows_by_eight!(rows_q6k, q6k_rows, "avx2,fma");
+rows_by_eight!(rows_q4k, q4k_rows, "avx2,fma,f16c");
+rows_by_eight!(rows_q6k, q6k_rows, "avx2,fma,f16c");
 
 #[cfg(test)]
 mod tests {

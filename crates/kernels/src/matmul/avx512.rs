@@ -4,6 +4,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+use super::lanes8::{prefetch_ahead, reduce8_256, step8};
 use super::reference::block_step;
 use super::unpack::{f16_at, scales_mins_k4, Shape};
 use crate::actq::QuantAct;
@@ -46,21 +47,6 @@ unsafe fn reduce8(v: &[__m512i; 8]) -> __m256i {
     reduce8_256(&a)
 }
 
-/// Eight per-row 8-lane integer accumulators reduced to one vector of eight sums (exact).
-#[inline(always)]
-unsafe fn reduce8_256(a: &[__m256i; 8]) -> __m256i {
-    let h01 = _mm256_hadd_epi32(a[0], a[1]);
-    let h23 = _mm256_hadd_epi32(a[2], a[3]);
-    let h45 = _mm256_hadd_epi32(a[4], a[5]);
-    let h67 = _mm256_hadd_epi32(a[6], a[7]);
-    let q0 = _mm256_hadd_epi32(h01, h23);
-    let q1 = _mm256_hadd_epi32(h45, h67);
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256::<0x20>(q0, q1),
-        _mm256_permute2x128_si256::<0x31>(q0, q1),
-    )
-}
-
 /// Every i32 lane becomes the sum of the four lanes of its 128-bit lane (exact integer adds).
 #[inline(always)]
 unsafe fn sum4_lanes(p: __m512i) -> __m512i {
@@ -72,40 +58,6 @@ unsafe fn sum4_lanes(p: __m512i) -> __m512i {
 #[inline(always)]
 unsafe fn every4() -> __m512i {
     _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0)
-}
-
-/// `acc + ((d*dx)*isum - (dmin*dx)*msum)` on eight lanes: [`block_step`] lane by lane.
-#[inline(always)]
-unsafe fn step8(
-    acc: __m256,
-    shape: Shape,
-    d: f32,
-    dmin: f32,
-    dx: __m256,
-    isum: __m256i,
-    msum: __m256i,
-) -> __m256 {
-    let t1 = _mm256_mul_ps(
-        _mm256_mul_ps(_mm256_set1_ps(d), dx),
-        _mm256_cvtepi32_ps(isum),
-    );
-    match shape {
-        Shape::Scale => _mm256_add_ps(acc, t1),
-        Shape::ScaleMinusMin => {
-            let t2 = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
-                _mm256_cvtepi32_ps(msum),
-            );
-            _mm256_add_ps(acc, _mm256_sub_ps(t1, t2))
-        }
-        Shape::ScalePlusMin => {
-            let t2 = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
-                _mm256_cvtepi32_ps(msum),
-            );
-            _mm256_add_ps(acc, _mm256_add_ps(t1, t2))
-        }
-    }
 }
 
 /// One row's scaled integer sums over a 256-value block: `acc` plus, in some lanes,
@@ -291,37 +243,6 @@ unsafe fn q6k_rows8<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
 rows_by_eight!(rows_q4k, q4k_rows8, "avx512f,avx512bw,avx512vl,avx512vnni");
 
 rows_by_eight!(rows_q6k, q6k_rows8, "avx512f,avx512bw,avx512vl,avx512vnni");
-
-/// Bytes ahead of the block in use that the Q4_K / Q6_K row kernels ask the cache for
-/// (`TENSORFOLD_CPU_PREFETCH`, default 2048, `0` off): with several rows the vector work per
-/// weight byte leaves too few loads in flight for one core's share of the memory bandwidth, so
-/// the weight stream is requested this far ahead. A prefetch never faults and changes no
-/// result. On the 2-core AVX-512 machine, Qwen2.5-Coder-1.5B Q4_K_M, forward of 4 / 8 rows:
-/// 57.4-58.4 -> 44.9-45.6 ms and 86.5-87.2 -> 66.2-67.8 ms (two threads).
-fn prefetch_distance() -> usize {
-    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *D.get_or_init(|| {
-        std::env::var("TENSORFOLD_CPU_PREFETCH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2048)
-    })
-}
-
-/// Prefetches the cache lines of the `len` bytes at `p` plus the prefetch distance.
-#[inline(always)]
-unsafe fn prefetch_ahead(p: *const u8, len: usize) {
-    let d = prefetch_distance();
-    if d == 0 {
-        return;
-    }
-    let at = p.wrapping_add(d);
-    let mut off = 0;
-    while off < len + 63 {
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8);
-        off += 64;
-    }
-}
 
 #[inline(always)]
 fn blk_at(w: &[u8], b: usize, bytes: usize) -> &[u8] {

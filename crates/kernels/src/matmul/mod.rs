@@ -38,6 +38,8 @@ pub mod amx;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod lanes8;
 pub mod panel;
 #[cfg(target_arch = "x86_64")]
 mod panel_kernel;
@@ -183,7 +185,7 @@ fn quant_kernel(level: SimdLevel, dtype: DType) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if level == SimdLevel::Avx2 {
         return match dtype {
-            DType::Q4_0 => Kernel::Dot(avx2::dot_q4_0),
+            DType::Q4_0 => Kernel::Rows(avx2::rows_q4_0),
             DType::Q4_1 => Kernel::Dot(avx2::dot_q4_1),
             DType::Q5_0 => Kernel::Dot(avx2::dot_q5_0),
             DType::Q5_1 => Kernel::Dot(avx2::dot_q5_1),
