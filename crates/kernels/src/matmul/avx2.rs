@@ -460,13 +460,17 @@ unsafe fn k4_scales_mins(s: &[u8]) -> __m128i {
     )
 }
 
+/// The 8 mins in bytes 8..16 of `sm` as i16, each repeated for its two groups of 16.
+#[inline(always)]
+unsafe fn k4_min_pairs(sm: __m128i) -> __m256i {
+    let idx = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, idx))
+}
+
 /// Lanes summing to Σ min_j · (sums[2j] + sums[2j+1]) for the 8 mins in bytes 8..16 of `sm`.
 #[inline(always)]
 unsafe fn k4_mins(sm: __m128i, sums16: __m256i) -> __m256i {
-    // Each min repeated for its two groups of 16.
-    let idx = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-    let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, idx));
-    _mm256_madd_epi16(mins, sums16)
+    _mm256_madd_epi16(k4_min_pairs(sm), sums16)
 }
 
 /// Q4_K (`high = None`) and Q5_K blocks: codes of sub-block j (32 values) use scale j.
@@ -585,8 +589,6 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
     let rows = x.rows;
     let m4 = _mm256_set1_epi8(0x0F);
     let zero = _mm256_setzero_si256();
-    // Each min repeated for its two groups of 16.
-    let min_idx = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
     let mut acc = _mm256_setzero_ps();
     for b in 0..nb {
         let blk = w.get_unchecked(144 * b..144 * (b + 1));
@@ -607,7 +609,7 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
                 *isum = _mm256_add_epi32(*isum, dot_scaled(hi, load_x(xb.add(32)), s_hi));
             }
         }
-        let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_idx));
+        let mins = k4_min_pairs(sm);
         let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16);
         let msums: [__m256i; R] = std::array::from_fn(|r| {
             _mm256_madd_epi16(mins, _mm256_loadu_si256(sp.add(16 * r) as *const __m256i))
