@@ -86,6 +86,36 @@ fn legacy_block_counts_off_eight_equal_the_reference() {
     }
 }
 
+/// One activation row against more columns than eight: the AVX2 Q4_0 kernel takes eight columns
+/// in vector lanes and the columns left over one at a time. Column counts off eight, thread
+/// counts that split them unevenly, every level equal to the reference and to the same row inside
+/// a call of several rows.
+#[test]
+fn one_row_over_many_columns_equals_the_reference() {
+    let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+    for dtype in [DType::Q4_0, DType::Q4K, DType::Q8_0] {
+        for (k, n) in [(896usize, 43usize), (256, 8), (512, 17), (4864, 24)] {
+            if dtype.bytes_for(k).is_none() {
+                continue; // 896 values are not whole Q4_K blocks
+            }
+            let mut rng = Rng(808 + k as u64 + n as u64 + dtype.ggml_id() as u64);
+            let wb = weights(&mut rng, dtype, k * n);
+            let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+            let x = activations(&mut rng, 3 * k);
+            let want = run(SimdLevel::Scalar, &pools[0], &w, &x, 3);
+            for level in SimdLevel::available() {
+                for pool in &pools {
+                    for r in 0..3 {
+                        let got = run(level, pool, &w, &x[r * k..(r + 1) * k], 1);
+                        let row = &want[r * n..(r + 1) * n];
+                        assert!(bits_eq(&got, row), "{dtype} k={k} n={n} row {r} {level:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rows_are_invariant_to_batch_offset_and_threads() {
     let level = tf_kernels::detect();

@@ -341,6 +341,61 @@ unsafe fn q4_0_group<const R: usize, const G: usize>(
 
 rows_by_eight!(rows_q4_0, q4_0_rows, "avx2,fma,f16c");
 
+/// Q4_0, one activation row against eight weight rows (eight output columns) at once: `w` holds
+/// the eight rows back to back, `out[j]` is row `row` of `x` against weight row j. Each column
+/// keeps its sum in one lane of a vector, so the float steps of eight columns are one vector
+/// step ([`block_step`] lane by lane, in ascending block order: the bits of [`q4_0_rows`]), and
+/// a block's eight integer sums are reduced together. With one row the per-column kernel waits on
+/// its own chain of float adds; eight columns in lanes keep eight chains in flight.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn cols8_q4_0(w: &[u8], x: &QuantAct, row: usize, out: &mut [f32; 8]) {
+    let stride = w.len() / 8;
+    let nb = stride / 18;
+    assert!(stride * 8 == w.len() && nb * 18 == stride);
+    assert!(row < x.rows && 32 * nb <= x.k);
+    let p = w.as_ptr();
+    let xq = x.row_qs(row).as_ptr();
+    let sums = x.row_sums(row);
+    let ds = x.row_d(row);
+    let s = stride as i32;
+    let offsets = _mm256_setr_epi32(0, s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s);
+    let pick = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1,
+        -1, -1, -1, -1, -1, -1,
+    );
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let blk = p.add(18 * b);
+        // The next eight rows (the 8 * 18 bytes of this step's share): eight rows interleaved
+        // are one 4 KiB region that the hardware prefetchers would only follow once inside it.
+        let next = p.wrapping_add(8 * stride + 144 * b);
+        for line in [0, 64, 128] {
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
+        }
+        let xv = load_x(xq.add(32 * b));
+        let ps: [__m256i; 8] = std::array::from_fn(|j| {
+            let u = nibbles32(blk.add(j * stride + 2));
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones)
+        });
+        // Codes are u - 8: the 8 goes through the block sum of the activations.
+        let sx = *sums.get_unchecked(b) as i32;
+        let isum = _mm256_sub_epi32(reduce8_small(&ps), _mm256_set1_epi32(8 * sx));
+        // The eight block scales: four bytes at each block's start, the low two kept.
+        let raw = _mm256_i32gather_epi32::<1>(blk as *const i32, offsets);
+        let low16 = _mm256_shuffle_epi8(raw, pick);
+        let d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b1000>(
+            low16,
+        )));
+        let dx = _mm256_set1_ps(*ds.get_unchecked(b));
+        acc = _mm256_add_ps(
+            acc,
+            _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum)),
+        );
+    }
+    _mm256_storeu_ps(out.as_mut_ptr(), acc);
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quant 256-value super-blocks.
 

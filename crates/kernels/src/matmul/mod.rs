@@ -1,7 +1,9 @@
 //! Matrix products `out[r][c] = dot(x[r], w[c])` for every weight type.
 //!
 //! Work is split over output columns only (each thread owns whole dot products), and every dot
-//! product is computed by the same code whatever the number of rows: row-exact by construction.
+//! product is the same sequence of integer sums and float block steps whatever the number of
+//! rows (one row may take a kernel with eight columns in vector lanes, which keeps that
+//! sequence per lane): row-exact by construction.
 
 pub mod reference;
 pub mod unpack;
@@ -159,6 +161,21 @@ impl<'a> Activations<'a> {
 type QDot = unsafe fn(&[u8], &QuantAct, usize) -> f32;
 /// Computes `out.len()` consecutive rows starting at the given row against one weight row.
 type QRows = unsafe fn(&[u8], &QuantAct, usize, &mut [f32]);
+/// One activation row against eight consecutive weight rows (given back to back): lane j of
+/// the output is weight row j.
+type QCols8 = unsafe fn(&[u8], &QuantAct, usize, &mut [f32; 8]);
+
+/// The kernel that takes eight output columns at once for a single activation row, where one
+/// exists: one row's dot products each wait on a chain of float adds, and eight columns in
+/// vector lanes keep eight chains in flight. It gives the bits of the type's other kernels.
+fn cols8_kernel(level: SimdLevel, dtype: DType) -> Option<QCols8> {
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx2 && dtype == DType::Q4_0 {
+        return Some(avx2::cols8_q4_0);
+    }
+    let _ = (level, dtype);
+    None
+}
 
 enum Kernel {
     Dot(QDot),
@@ -268,6 +285,34 @@ pub fn matmul_cols(
         Some(block) => {
             let xq = x.quant(block);
             let kernel = quant_kernel(level, w.dtype);
+            if let (1, Some(cols8)) = (rows, cols8_kernel(level, w.dtype)) {
+                let rb = w.row_bytes();
+                pool.for_ranges(cols.len(), 8, &|range| {
+                    let mut c = range.start;
+                    let mut tile = [0f32; 8];
+                    while c + 8 <= range.end {
+                        let at = (base + c) * rb;
+                        // SAFETY: the kernel's CPU features were detected on this CPU.
+                        unsafe { cols8(&w.data[at..at + 8 * rb], xq, 0, &mut tile) };
+                        for (i, v) in tile.iter().enumerate() {
+                            // SAFETY: columns are split between threads; index in bounds.
+                            unsafe { dst.write(c + i, *v) };
+                        }
+                        c += 8;
+                    }
+                    for c in c..range.end {
+                        let mut one = [0f32];
+                        // SAFETY: as above.
+                        match kernel {
+                            Kernel::Rows(f) => unsafe { f(w.row(base + c), xq, 0, &mut one) },
+                            Kernel::Dot(f) => one[0] = unsafe { f(w.row(base + c), xq, 0) },
+                        }
+                        // SAFETY: as above.
+                        unsafe { dst.write(c, one[0]) };
+                    }
+                });
+                return;
+            }
             pool.for_ranges(cols.len(), 8, &|range| {
                 let mut tile = [0f32; ROW_TILE];
                 for r0 in (0..rows).step_by(ROW_CHUNK) {
