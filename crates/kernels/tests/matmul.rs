@@ -86,12 +86,11 @@ fn legacy_block_counts_off_eight_equal_the_reference() {
     }
 }
 
-/// One activation row against more columns than eight: the AVX2 Q4_0 kernel takes eight columns
-/// in vector lanes and the columns left over one at a time. Column counts off eight, thread
-/// counts that split them unevenly, every level equal to the reference and to the same row inside
-/// a call of several rows.
+/// One and two activation rows against more columns than eight: the AVX2 Q4_0 kernel takes eight
+/// columns in vector lanes (once per row) and the columns left over one at a time. Column counts
+/// off eight, thread counts that split them unevenly, every level equal to the reference.
 #[test]
-fn one_row_over_many_columns_equals_the_reference() {
+fn few_rows_over_many_columns_equal_the_reference() {
     let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
     for dtype in [DType::Q4_0, DType::Q4K, DType::Q8_0] {
         for (k, n) in [(896usize, 43usize), (256, 8), (512, 17), (4864, 24)] {
@@ -105,10 +104,13 @@ fn one_row_over_many_columns_equals_the_reference() {
             let want = run(SimdLevel::Scalar, &pools[0], &w, &x, 3);
             for level in SimdLevel::available() {
                 for pool in &pools {
-                    for r in 0..3 {
-                        let got = run(level, pool, &w, &x[r * k..(r + 1) * k], 1);
-                        let row = &want[r * n..(r + 1) * n];
-                        assert!(bits_eq(&got, row), "{dtype} k={k} n={n} row {r} {level:?}");
+                    for (r0, rows) in [(0, 1), (1, 1), (2, 1), (0, 2), (1, 2)] {
+                        let got = run(level, pool, &w, &x[r0 * k..(r0 + rows) * k], rows);
+                        let span = &want[r0 * n..(r0 + rows) * n];
+                        assert!(
+                            bits_eq(&got, span),
+                            "{dtype} k={k} n={n} rows {r0}+{rows} {level:?}"
+                        );
                     }
                 }
             }

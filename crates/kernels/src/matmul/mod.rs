@@ -243,6 +243,10 @@ fn reference_dot(dtype: DType) -> QDot {
     }
 }
 
+/// Up to this many rows take the eight-columns kernel ([`cols8_kernel`]) once each, the eight
+/// weight rows still in cache for the second.
+const COLS8_ROWS: usize = 2;
+
 /// Rows sharing one decoded weight block in the multi-row kernels.
 const ROW_TILE: usize = 8;
 
@@ -285,30 +289,34 @@ pub fn matmul_cols(
         Some(block) => {
             let xq = x.quant(block);
             let kernel = quant_kernel(level, w.dtype);
-            if let (1, Some(cols8)) = (rows, cols8_kernel(level, w.dtype)) {
+            if let (1..=COLS8_ROWS, Some(cols8)) = (rows, cols8_kernel(level, w.dtype)) {
                 let rb = w.row_bytes();
                 pool.for_ranges(cols.len(), 8, &|range| {
                     let mut c = range.start;
                     let mut tile = [0f32; 8];
                     while c + 8 <= range.end {
                         let at = (base + c) * rb;
-                        // SAFETY: the kernel's CPU features were detected on this CPU.
-                        unsafe { cols8(&w.data[at..at + 8 * rb], xq, 0, &mut tile) };
-                        for (i, v) in tile.iter().enumerate() {
-                            // SAFETY: columns are split between threads; index in bounds.
-                            unsafe { dst.write(c + i, *v) };
+                        for r in 0..rows {
+                            // SAFETY: the kernel's CPU features were detected on this CPU.
+                            unsafe { cols8(&w.data[at..at + 8 * rb], xq, r, &mut tile) };
+                            for (i, v) in tile.iter().enumerate() {
+                                // SAFETY: columns are split between threads; index in bounds.
+                                unsafe { dst.write(r * out_stride + c + i, *v) };
+                            }
                         }
                         c += 8;
                     }
                     for c in c..range.end {
-                        let mut one = [0f32];
-                        // SAFETY: as above.
-                        match kernel {
-                            Kernel::Rows(f) => unsafe { f(w.row(base + c), xq, 0, &mut one) },
-                            Kernel::Dot(f) => one[0] = unsafe { f(w.row(base + c), xq, 0) },
+                        for r in 0..rows {
+                            let mut one = [0f32];
+                            // SAFETY: as above.
+                            match kernel {
+                                Kernel::Rows(f) => unsafe { f(w.row(base + c), xq, r, &mut one) },
+                                Kernel::Dot(f) => one[0] = unsafe { f(w.row(base + c), xq, r) },
+                            }
+                            // SAFETY: as above.
+                            unsafe { dst.write(r * out_stride + c, one[0]) };
                         }
-                        // SAFETY: as above.
-                        unsafe { dst.write(c, one[0]) };
                     }
                 });
                 return;
