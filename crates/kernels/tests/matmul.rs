@@ -86,8 +86,8 @@ fn legacy_block_counts_off_eight_equal_the_reference() {
     }
 }
 
-/// One and two activation rows against more columns than eight: the AVX2 Q4_0 kernel takes eight
-/// columns in vector lanes (once per row) and the columns left over one at a time. Column counts
+/// One and two activation rows against more columns than eight: the AVX2 Q4_0 and Q4_K kernels
+/// for short rows take eight columns in vector lanes and the columns left over one at a time. Column counts
 /// off eight, thread counts that split them unevenly, every level equal to the reference.
 #[test]
 fn few_rows_over_many_columns_equal_the_reference() {

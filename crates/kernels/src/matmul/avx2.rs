@@ -20,12 +20,12 @@ use crate::actq::QuantAct;
 use std::arch::x86_64::*;
 
 #[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
 #[inline(always)]
-unsafe fn load_x(p: *const i8) -> __m256i {
+pub(super) unsafe fn load_x(p: *const i8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
@@ -63,14 +63,14 @@ unsafe fn dot4(u: __m256i, x: __m256i) -> __m256i {
 
 /// `Σ u * x * scale` per i32 lane, where `scale16` holds each pair's i16 scale.
 #[inline(always)]
-unsafe fn dot_scaled(u: __m256i, x: __m256i, scale16: __m256i) -> __m256i {
+pub(super) unsafe fn dot_scaled(u: __m256i, x: __m256i, scale16: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16)
 }
 
 /// i16 scales for 32 values covering groups `2m` (low 16 values) and `2m + 1` (high 16), taken
 /// from 16 i8 group scales.
 #[inline(always)]
-unsafe fn pair_scales(sc: __m128i, m: usize) -> __m256i {
+pub(super) unsafe fn pair_scales(sc: __m128i, m: usize) -> __m256i {
     const ONES: i64 = 0x0101_0101_0101_0101;
     let lo = ONES * (2 * m as i64);
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(lo + ONES, lo)))
@@ -78,7 +78,7 @@ unsafe fn pair_scales(sc: __m128i, m: usize) -> __m256i {
 
 /// Scale `j` of 8 i16 scales (in both 128-bit lanes of `sc16`), as 16 i16 lanes.
 #[inline(always)]
-unsafe fn bcast_scale(sc16: __m256i, j: usize) -> __m256i {
+pub(super) unsafe fn bcast_scale(sc16: __m256i, j: usize) -> __m256i {
     let idx = (2 * j) as i16 | (((2 * j + 1) as i16) << 8);
     _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(idx))
 }
@@ -152,7 +152,7 @@ unsafe fn legacy_dot(
 
 /// The 32 4-bit codes of a legacy block, low nibbles first (values 0..16, then 16..32).
 #[inline(always)]
-unsafe fn nibbles32(qs: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles32(qs: *const u8) -> __m256i {
     let v = _mm_loadu_si128(qs as *const __m128i);
     let m = _mm_set1_epi8(0x0F);
     let lo = _mm_and_si128(v, m);
@@ -259,7 +259,7 @@ unsafe fn q4_0_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut
 /// an i8 activation): partial sums stay within i16, so saturating packs and `vpmaddwd` by ones
 /// do the pairwise adds, cheaper on AVX2 machines than `vphaddd`. Exact integer sums.
 #[inline(always)]
-unsafe fn reduce8_small(p: &[__m256i; 8]) -> __m256i {
+pub(super) unsafe fn reduce8_small(p: &[__m256i; 8]) -> __m256i {
     let ones = _mm256_set1_epi16(1);
     let pair = |a: __m256i, b: __m256i| _mm256_madd_epi16(_mm256_packs_epi32(a, b), ones);
     // Per 128-bit half: two lanes of each of two vectors, then one lane of each of four.
@@ -340,61 +340,6 @@ unsafe fn q4_0_group<const R: usize, const G: usize>(
 }
 
 rows_by_eight!(rows_q4_0, q4_0_rows, "avx2,fma,f16c");
-
-/// Q4_0, one activation row against eight weight rows (eight output columns) at once: `w` holds
-/// the eight rows back to back, `out[j]` is row `row` of `x` against weight row j. Each column
-/// keeps its sum in one lane of a vector, so the float steps of eight columns are one vector
-/// step ([`block_step`] lane by lane, in ascending block order: the bits of [`q4_0_rows`]), and
-/// a block's eight integer sums are reduced together. With one row the per-column kernel waits on
-/// its own chain of float adds; eight columns in lanes keep eight chains in flight.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn cols8_q4_0(w: &[u8], x: &QuantAct, row: usize, out: &mut [f32; 8]) {
-    let stride = w.len() / 8;
-    let nb = stride / 18;
-    assert!(stride * 8 == w.len() && nb * 18 == stride);
-    assert!(row < x.rows && 32 * nb <= x.k);
-    let p = w.as_ptr();
-    let xq = x.row_qs(row).as_ptr();
-    let sums = x.row_sums(row);
-    let ds = x.row_d(row);
-    let s = stride as i32;
-    let offsets = _mm256_setr_epi32(0, s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s);
-    let pick = _mm256_setr_epi8(
-        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1,
-        -1, -1, -1, -1, -1, -1,
-    );
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..nb {
-        let blk = p.add(18 * b);
-        // The next eight rows (the 8 * 18 bytes of this step's share): eight rows interleaved
-        // are one 4 KiB region that the hardware prefetchers would only follow once inside it.
-        let next = p.wrapping_add(8 * stride + 144 * b);
-        for line in [0, 64, 128] {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
-        }
-        let xv = load_x(xq.add(32 * b));
-        let ps: [__m256i; 8] = std::array::from_fn(|j| {
-            let u = nibbles32(blk.add(j * stride + 2));
-            _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones)
-        });
-        // Codes are u - 8: the 8 goes through the block sum of the activations.
-        let sx = *sums.get_unchecked(b) as i32;
-        let isum = _mm256_sub_epi32(reduce8_small(&ps), _mm256_set1_epi32(8 * sx));
-        // The eight block scales: four bytes at each block's start, the low two kept.
-        let raw = _mm256_i32gather_epi32::<1>(blk as *const i32, offsets);
-        let low16 = _mm256_shuffle_epi8(raw, pick);
-        let d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b1000>(
-            low16,
-        )));
-        let dx = _mm256_set1_ps(*ds.get_unchecked(b));
-        acc = _mm256_add_ps(
-            acc,
-            _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum)),
-        );
-    }
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
-}
 
 // ---------------------------------------------------------------------------------------------
 // K-quant 256-value super-blocks.
@@ -496,7 +441,7 @@ pub unsafe fn dot_q3k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
 
 /// Q4_K/Q5_K's 8 six-bit scales (bytes 0..8) and mins (bytes 8..16).
 #[inline(always)]
-unsafe fn k4_scales_mins(s: &[u8]) -> __m128i {
+pub(super) unsafe fn k4_scales_mins(s: &[u8]) -> __m128i {
     let u0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
     let u1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
     let u2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
@@ -517,7 +462,7 @@ unsafe fn k4_scales_mins(s: &[u8]) -> __m128i {
 
 /// The 8 mins in bytes 8..16 of `sm` as i16, each repeated for its two groups of 16.
 #[inline(always)]
-unsafe fn k4_min_pairs(sm: __m128i) -> __m256i {
+pub(super) unsafe fn k4_min_pairs(sm: __m128i) -> __m256i {
     let idx = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
     _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, idx))
 }

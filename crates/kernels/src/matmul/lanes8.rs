@@ -55,24 +55,31 @@ pub(super) unsafe fn step8(
     isum: __m256i,
     msum: __m256i,
 ) -> __m256 {
-    let t1 = _mm256_mul_ps(
-        _mm256_mul_ps(_mm256_set1_ps(d), dx),
-        _mm256_cvtepi32_ps(isum),
-    );
+    let (d, dmin) = (_mm256_set1_ps(d), _mm256_set1_ps(dmin));
+    step8v(acc, shape, d, dmin, dx, isum, msum)
+}
+
+/// [`step8`] with every factor a vector: lane j is `block_step` with lane j of each (eight
+/// weight rows' blocks against one activation row, or one block against eight rows).
+#[inline(always)]
+pub(super) unsafe fn step8v(
+    acc: __m256,
+    shape: Shape,
+    d: __m256,
+    dmin: __m256,
+    dx: __m256,
+    isum: __m256i,
+    msum: __m256i,
+) -> __m256 {
+    let t1 = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum));
     match shape {
         Shape::Scale => _mm256_add_ps(acc, t1),
         Shape::ScaleMinusMin => {
-            let t2 = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
-                _mm256_cvtepi32_ps(msum),
-            );
+            let t2 = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum));
             _mm256_add_ps(acc, _mm256_sub_ps(t1, t2))
         }
         Shape::ScalePlusMin => {
-            let t2 = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
-                _mm256_cvtepi32_ps(msum),
-            );
+            let t2 = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum));
             _mm256_add_ps(acc, _mm256_add_ps(t1, t2))
         }
     }

@@ -39,6 +39,8 @@ pub mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_cols;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod lanes8;
@@ -161,21 +163,29 @@ impl<'a> Activations<'a> {
 type QDot = unsafe fn(&[u8], &QuantAct, usize) -> f32;
 /// Computes `out.len()` consecutive rows starting at the given row against one weight row.
 type QRows = unsafe fn(&[u8], &QuantAct, usize, &mut [f32]);
-/// One activation row against eight consecutive weight rows (given back to back): lane j of
-/// the output is weight row j.
-type QCols8 = unsafe fn(&[u8], &QuantAct, usize, &mut [f32; 8]);
+/// Rows `r0..r0 + out.len() / 8` against eight consecutive weight rows given back to back:
+/// `out[8 * r + j]` is row `r0 + r` against weight row j.
+type QCols8 = unsafe fn(&[u8], &QuantAct, usize, &mut [f32]);
 
-/// The kernel that takes eight output columns at once for a single activation row, where one
-/// exists: one row's dot products each wait on a chain of float adds, and eight columns in
-/// vector lanes keep eight chains in flight. It gives the bits of the type's other kernels.
-fn cols8_kernel(level: SimdLevel, dtype: DType) -> Option<QCols8> {
+/// The kernel that takes eight output columns at once for one or two activation rows, where
+/// one exists ([`avx2_cols`]): it gives the bits of the type's other kernels.
+/// Only for short rows (eight of them within [`COLS8_BYTES`]): eight long rows read side by side
+/// are eight streams that the hardware prefetchers serve worse than one.
+fn cols8_kernel(level: SimdLevel, w: &WeightMatrix) -> Option<QCols8> {
     #[cfg(target_arch = "x86_64")]
-    if level == SimdLevel::Avx2 && dtype == DType::Q4_0 {
-        return Some(avx2::cols8_q4_0);
+    if level == SimdLevel::Avx2 && 8 * w.row_bytes() <= COLS8_BYTES {
+        return match w.dtype {
+            DType::Q4_0 => Some(avx2_cols::cols8_q4_0),
+            DType::Q4K => Some(avx2_cols::cols8_q4k),
+            _ => None,
+        };
     }
-    let _ = (level, dtype);
+    let _ = (level, w);
     None
 }
+
+/// Bytes of eight weight rows up to which [`cols8_kernel`] applies.
+const COLS8_BYTES: usize = 32 * 1024;
 
 enum Kernel {
     Dot(QDot),
@@ -243,8 +253,7 @@ fn reference_dot(dtype: DType) -> QDot {
     }
 }
 
-/// Up to this many rows take the eight-columns kernel ([`cols8_kernel`]) once each, the eight
-/// weight rows still in cache for the second.
+/// Up to this many rows take the eight-columns kernel ([`cols8_kernel`]).
 const COLS8_ROWS: usize = 2;
 
 /// Rows sharing one decoded weight block in the multi-row kernels.
@@ -289,20 +298,20 @@ pub fn matmul_cols(
         Some(block) => {
             let xq = x.quant(block);
             let kernel = quant_kernel(level, w.dtype);
-            if let (1..=COLS8_ROWS, Some(cols8)) = (rows, cols8_kernel(level, w.dtype)) {
+            if let (1..=COLS8_ROWS, Some(cols8)) = (rows, cols8_kernel(level, w)) {
                 let rb = w.row_bytes();
                 pool.for_ranges(cols.len(), 8, &|range| {
                     let mut c = range.start;
-                    let mut tile = [0f32; 8];
+                    let mut tile = [0f32; 8 * COLS8_ROWS];
                     while c + 8 <= range.end {
                         let at = (base + c) * rb;
-                        for r in 0..rows {
-                            // SAFETY: the kernel's CPU features were detected on this CPU.
-                            unsafe { cols8(&w.data[at..at + 8 * rb], xq, r, &mut tile) };
-                            for (i, v) in tile.iter().enumerate() {
-                                // SAFETY: columns are split between threads; index in bounds.
-                                unsafe { dst.write(r * out_stride + c + i, *v) };
-                            }
+                        let tile = &mut tile[..8 * rows];
+                        // SAFETY: the kernel's CPU features were detected on this CPU.
+                        unsafe { cols8(&w.data[at..at + 8 * rb], xq, 0, tile) };
+                        for (i, v) in tile.iter().enumerate() {
+                            let (r, j) = (i / 8, i % 8);
+                            // SAFETY: columns are split between threads; index in bounds.
+                            unsafe { dst.write(r * out_stride + c + j, *v) };
                         }
                         c += 8;
                     }
