@@ -30,6 +30,8 @@ pub struct DraftModel {
     round: RoundOut,
     /// Seconds per guess of the last call's one-row forwards (the catch-up left out).
     guess_secs: Option<f64>,
+    /// Rows and seconds of the last call's catch-up forward, if it ran one.
+    catch_up_secs: Option<(usize, f64)>,
 }
 
 impl DraftModel {
@@ -49,6 +51,7 @@ impl DraftModel {
             sampler: Sampler::new(),
             round: RoundOut::default(),
             guess_secs: None,
+            catch_up_secs: None,
         }
     }
 }
@@ -82,6 +85,10 @@ impl Proposer for DraftModel {
 
     fn last_guess_secs(&self) -> Option<f64> {
         self.guess_secs
+    }
+
+    fn last_catch_up(&self) -> Option<(usize, f64)> {
+        self.catch_up_secs
     }
 
     fn behind(&self, seq: &SeqView) -> usize {
@@ -123,12 +130,15 @@ impl Proposer for DraftModel {
         };
         let catch_up = self.catch_up(seq);
         let mut from = catch_up.start;
+        self.catch_up_secs = None;
         if !catch_up.is_empty() {
             let rows: Vec<Row> = catch_up.map(row).collect();
+            let started = std::time::Instant::now();
             if self.runner.forward(&rows).is_err() {
                 self.guess_secs = None;
                 return Vec::new();
             }
+            self.catch_up_secs = Some((rows.len(), started.elapsed().as_secs_f64()));
             self.valid.insert(seq.id, n - 1);
             from = n - 1;
         }

@@ -42,6 +42,11 @@ pub trait Proposer: Send {
     fn last_guess_secs(&self) -> Option<f64> {
         None
     }
+    /// Rows and seconds of the catch-up forward the last [`propose`](Proposer::propose) ran
+    /// first, if it ran one.
+    fn last_catch_up(&self) -> Option<(usize, f64)> {
+        None
+    }
     /// Rows a [`propose`](Proposer::propose) for `seq` would first run as a catch-up (the
     /// tokens committed since the proposer last saw the sequence, past a round's own rows).
     fn behind(&self, _seq: &SeqView) -> usize {
