@@ -33,23 +33,7 @@ unsafe fn offsets8(stride: usize) -> __m256i {
 #[inline(always)]
 unsafe fn f16_lanes<const HIGH: bool>(words: __m256i) -> __m256 {
     let (a, b) = if HIGH { (2, 3) } else { (0, 1) };
-    let pick = _mm256_setr_epi8(
-        a,
-        b,
-        a + 4,
-        b + 4,
-        a + 8,
-        b + 8,
-        a + 12,
-        b + 12,
-        -1,
-        -1,
-        -1,
-        -1,
-        -1,
-        -1,
-        -1,
-        -1,
+    let half = _mm_setr_epi8(
         a,
         b,
         a + 4,
@@ -67,6 +51,7 @@ unsafe fn f16_lanes<const HIGH: bool>(words: __m256i) -> __m256 {
         -1,
         -1,
     );
+    let pick = _mm256_broadcastsi128_si256(half);
     let packed = _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(words, pick));
     _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
 }
