@@ -298,43 +298,31 @@ pub fn matmul_cols(
         Some(block) => {
             let xq = x.quant(block);
             let kernel = quant_kernel(level, w.dtype);
-            if let (1..=COLS8_ROWS, Some(cols8)) = (rows, cols8_kernel(level, w)) {
-                let rb = w.row_bytes();
-                pool.for_ranges(cols.len(), 8, &|range| {
-                    let mut c = range.start;
+            let cols8 = cols8_kernel(level, w).filter(|_| rows <= COLS8_ROWS);
+            pool.for_ranges(cols.len(), 8, &|range| {
+                // One or two rows: whole groups of eight columns first, in vector lanes; the
+                // columns left over go through the per-column kernel below.
+                let mut start = range.start;
+                if let Some(cols8) = cols8 {
+                    let rb = w.row_bytes();
                     let mut tile = [0f32; 8 * COLS8_ROWS];
-                    while c + 8 <= range.end {
-                        let at = (base + c) * rb;
-                        let tile = &mut tile[..8 * rows];
+                    let tile = &mut tile[..8 * rows];
+                    while start + 8 <= range.end {
+                        let at = (base + start) * rb;
                         // SAFETY: the kernel's CPU features were detected on this CPU.
                         unsafe { cols8(&w.data[at..at + 8 * rb], xq, 0, tile) };
                         for (i, v) in tile.iter().enumerate() {
                             let (r, j) = (i / 8, i % 8);
                             // SAFETY: columns are split between threads; index in bounds.
-                            unsafe { dst.write(r * out_stride + c + j, *v) };
+                            unsafe { dst.write(r * out_stride + start + j, *v) };
                         }
-                        c += 8;
+                        start += 8;
                     }
-                    for c in c..range.end {
-                        for r in 0..rows {
-                            let mut one = [0f32];
-                            // SAFETY: as above.
-                            match kernel {
-                                Kernel::Rows(f) => unsafe { f(w.row(base + c), xq, r, &mut one) },
-                                Kernel::Dot(f) => one[0] = unsafe { f(w.row(base + c), xq, r) },
-                            }
-                            // SAFETY: as above.
-                            unsafe { dst.write(r * out_stride + c, one[0]) };
-                        }
-                    }
-                });
-                return;
-            }
-            pool.for_ranges(cols.len(), 8, &|range| {
+                }
                 let mut tile = [0f32; ROW_TILE];
                 for r0 in (0..rows).step_by(ROW_CHUNK) {
                     let r1 = (r0 + ROW_CHUNK).min(rows);
-                    for c in range.clone() {
+                    for c in start..range.end {
                         let wrow = w.row(base + c);
                         let mut r = r0;
                         while r < r1 {
