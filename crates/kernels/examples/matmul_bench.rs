@@ -1,5 +1,6 @@
 //! Quantized matmul speed by row count: `cargo run --release -p tf-kernels --example
-//! matmul_bench -- [q4k|q6k|q8_0|q5_0|q4_0] [THREADS] [COLUMNS] [K]` (defaults q4k, 2, 8960, 1536).
+//! matmul_bench -- [q4k|q6k|q8_0|q5_0|q4_0] [THREADS] [COLUMNS] [K] [ROWS,...]` (defaults q4k, 2,
+//! 8960, 1536, 1,2,3,4,5,8,16).
 //! "memory": a set of matrices of about 124 MB together, far beyond the last-level cache, one
 //! pass over all of them (the weights stream from memory, as in a forward); "cache": the first
 //! matrix as many times (with a few hundred columns it stays in a core's L2, so the figure is
@@ -60,7 +61,11 @@ fn main() {
     );
     println!("rows | memory ms | x1 | GB/s | cache ms | x1 | ms/row over 1");
     let mut base = (0.0, 0.0);
-    for rows in [1usize, 2, 3, 4, 5, 8, 16] {
+    let row_counts: Vec<usize> = match args.get(5) {
+        Some(list) => list.split(',').filter_map(|r| r.parse().ok()).collect(),
+        None => vec![1, 2, 3, 4, 5, 8, 16],
+    };
+    for rows in row_counts {
         let x: Vec<f32> = (0..rows * k)
             .map(|i| (i * 7919 % 2001) as f32 / 1000.0 - 1.0)
             .collect();

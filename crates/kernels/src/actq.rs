@@ -50,6 +50,9 @@ pub struct QuantAct {
     pub d_t: Vec<f32>,
     pub sums16_t: Vec<i16>,
     pub sums32_t: Vec<i16>,
+    /// The sums of 32 values once more, rows innermost (B256 only): `[block][pair][row][2]`,
+    /// pair p holding groups 2p and 2p + 1, so that one 256-bit load gives eight rows' pair.
+    pub sums32_p: Vec<i16>,
     /// B256 at the AVX-512 level: `qs` with each 128 values reordered for the Q4_K kernel
     /// ([`K4_ORDER`]); empty otherwise.
     pub qs_k4: Vec<i8>,
@@ -80,6 +83,7 @@ impl QuantAct {
             d_t: Vec::new(),
             sums16_t: Vec::new(),
             sums32_t: Vec::new(),
+            sums32_p: Vec::new(),
             qs_k4: Vec::new(),
         };
         let bl = block.values();
@@ -105,6 +109,7 @@ impl QuantAct {
             q.d_t = vec![0.0; rows * nb];
             q.sums16_t = vec![0; rows * nb * 16];
             q.sums32_t = vec![0; rows * nb * 8];
+            q.sums32_p = vec![0; rows * nb * 8];
             for r in 0..rows {
                 for b in 0..nb {
                     q.d_t[b * rows + r] = q.d[r * nb + b];
@@ -112,6 +117,8 @@ impl QuantAct {
                         let v = q.sums[(r * nb + b) * 16 + g];
                         q.sums16_t[(b * rows + r) * 16 + g] = v;
                         q.sums32_t[(b * rows + r) * 8 + g / 2] += v;
+                        let (pair, half) = (g / 4, g / 2 % 2);
+                        q.sums32_p[((b * 4 + pair) * rows + r) * 2 + half] += v;
                     }
                 }
             }

@@ -13,7 +13,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::lanes8::{prefetch_ahead, reduce8_256, reduce_rows, row_lanes, step8};
+use super::lanes8::{prefetch_ahead, reduce_rows, row_lanes, step8};
 use super::reference::block_step;
 use super::unpack::{f16_at, f16_to_f32, Shape};
 use crate::actq::QuantAct;
@@ -439,25 +439,25 @@ pub unsafe fn dot_q3k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
     })
 }
 
-/// Q4_K/Q5_K's 8 six-bit scales (bytes 0..8) and mins (bytes 8..16).
+/// Q4_K/Q5_K's 8 six-bit scales (bytes 0..8) and mins (bytes 8..16), from the 12 packed bytes
+/// at `blk[4..16]` of a block (`blk` must hold at least 20 bytes: they are read as one 16-byte
+/// vector and unpacked with vector shifts, no round trip through general registers).
 #[inline(always)]
-pub(super) unsafe fn k4_scales_mins(s: &[u8]) -> __m128i {
-    let u0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-    let u1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
-    let u2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
-    const K1: u32 = 0x3f3f_3f3f;
-    const K2: u32 = 0x0f0f_0f0f;
-    const K3: u32 = 0x0303_0303;
-    let scales_lo = u0 & K1;
-    let scales_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
-    let mins_lo = u1 & K1;
-    let mins_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
-    _mm_set_epi32(
-        mins_hi as i32,
-        mins_lo as i32,
-        scales_hi as i32,
-        scales_lo as i32,
-    )
+pub(super) unsafe fn k4_scales_mins(blk: &[u8]) -> __m128i {
+    assert!(blk.len() >= 20);
+    // Dwords [u0, u1, u2, -]: u0 holds scales 0..4 and the top bits of scales 4..8, u1 the
+    // same for mins, u2 the low four bits of scales 4..8 (low nibbles) and mins 4..8 (high).
+    let v = _mm_loadu_si128(blk.as_ptr().add(4) as *const __m128i);
+    let low6 = _mm_and_si128(v, _mm_set1_epi8(0x3f));
+    let u2 = _mm_srlv_epi32(
+        _mm_shuffle_epi32::<0b1010_1010>(v),
+        _mm_set_epi32(0, 0, 4, 0),
+    );
+    let nib = _mm_and_si128(u2, _mm_set1_epi8(0x0f));
+    let top = _mm_and_si128(_mm_srli_epi32::<6>(v), _mm_set1_epi8(0x03));
+    let high = _mm_or_si128(nib, _mm_slli_epi32::<4>(top));
+    // [scales 0..4, scales 4..8, mins 0..4, mins 4..8].
+    _mm_unpacklo_epi32(low6, high)
 }
 
 /// The 8 mins in bytes 8..16 of `sm` as i16, each repeated for its two groups of 16.
@@ -483,7 +483,7 @@ unsafe fn k4_block(
     high: Option<usize>,
 ) -> (i32, i32, f32, f32) {
     let p = blk.as_ptr();
-    let sm = k4_scales_mins(&blk[4..16]);
+    let sm = k4_scales_mins(blk);
     let mprod = k4_mins(sm, sums16);
     let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
     let m4 = _mm256_set1_epi8(0x0F);
@@ -550,28 +550,17 @@ unsafe fn f16_one(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
-/// Row sums of two sets of per-row accumulators: lane r of the first vector is the sum of
-/// `a[r]`, of the second the sum of `b[r]`. Up to four rows share one reduction tree.
+/// The sums of the lanes of `a` and of `b`, in lane 0 of the first and of the second vector.
 #[inline(always)]
-unsafe fn reduce_two<const R: usize>(a: &[__m256i; R], b: &[__m256i; R]) -> (__m256i, __m256i) {
-    if R == 1 {
-        // Lanes [Σa, Σb, Σa, Σb] after two horizontal adds.
-        let h = _mm256_hadd_epi32(a[0], b[0]);
-        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-        let s = _mm_hadd_epi32(s, s);
-        (
-            _mm256_castsi128_si256(s),
-            _mm256_castsi128_si256(_mm_shuffle_epi32::<0b01>(s)),
-        )
-    } else if R <= 4 {
-        let mut all = [_mm256_setzero_si256(); 8];
-        all[..R].copy_from_slice(a);
-        all[4..4 + R].copy_from_slice(b);
-        let s = reduce8_256(&all);
-        (s, _mm256_permute2x128_si256::<0x11>(s, s))
-    } else {
-        (reduce_rows(a), reduce_rows(b))
-    }
+unsafe fn reduce_one(a: __m256i, b: __m256i) -> (__m256i, __m256i) {
+    // Lanes [Σa, Σb, Σa, Σb] after two horizontal adds.
+    let h = _mm256_hadd_epi32(a, b);
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+    let s = _mm_hadd_epi32(s, s);
+    (
+        _mm256_castsi128_si256(s),
+        _mm256_castsi128_si256(_mm_shuffle_epi32::<0b01>(s)),
+    )
 }
 
 /// Stores the first `R` lanes of `acc` to `out`.
@@ -579,6 +568,45 @@ unsafe fn reduce_two<const R: usize>(a: &[__m256i; R], b: &[__m256i; R]) -> (__m
 unsafe fn store_rows<const R: usize>(acc: __m256, out: &mut [f32]) {
     assert!(out.len() >= R);
     _mm256_maskstore_ps(out.as_mut_ptr(), row_lanes::<R>(), acc);
+}
+
+/// Lane r: Σ_j min_j · (sum of group j of row r0 + r) for block `b`, from the pair-major sums
+/// ([`QuantAct::sums32_p`]): four `vpmaddwd`, one per pair of groups, each over eight rows, so
+/// the mins need no per-row reduction.
+#[inline(always)]
+unsafe fn k4_mins_by_row<const R: usize>(
+    sm: __m128i,
+    x: &QuantAct,
+    b: usize,
+    r0: usize,
+) -> __m256i {
+    let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
+    let at = x.sums32_p.as_ptr().add((b * 4 * x.rows + r0) * 2) as *const i32;
+    let rows = x.rows;
+    macro_rules! load {
+        ($p:literal) => {{
+            let src = at.add($p * rows);
+            if R == 8 {
+                _mm256_loadu_si256(src as *const __m256i)
+            } else {
+                _mm256_maskload_epi32(src, row_lanes::<R>())
+            }
+        }};
+    }
+    let m0 = _mm256_madd_epi16(_mm256_broadcastd_epi32(mins), load!(0));
+    let m1 = _mm256_madd_epi16(
+        _mm256_broadcastd_epi32(_mm_shuffle_epi32::<1>(mins)),
+        load!(1),
+    );
+    let m2 = _mm256_madd_epi16(
+        _mm256_broadcastd_epi32(_mm_shuffle_epi32::<2>(mins)),
+        load!(2),
+    );
+    let m3 = _mm256_madd_epi16(
+        _mm256_broadcastd_epi32(_mm_shuffle_epi32::<3>(mins)),
+        load!(3),
+    );
+    _mm256_add_epi32(_mm256_add_epi32(m0, m1), _mm256_add_epi32(m2, m3))
 }
 
 /// Q4_K rows `r0..r0 + R` against one weight row.
@@ -594,29 +622,41 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
         let blk = w.get_unchecked(144 * b..144 * (b + 1));
         let p = blk.as_ptr();
         prefetch_ahead(p, 144);
-        let sm = k4_scales_mins(&blk[4..16]);
+        let sm = k4_scales_mins(blk);
         let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         let mut isums = [zero; R];
-        for j in 0..4 {
-            let v = load(p.add(16 + 32 * j));
-            let lo = _mm256_and_si256(v, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-            let s_lo = bcast_scale(sc16, 2 * j);
-            let s_hi = bcast_scale(sc16, 2 * j + 1);
-            for (r, isum) in isums.iter_mut().enumerate() {
-                let xb = xp[r].add(256 * b + 64 * j);
-                *isum = _mm256_add_epi32(*isum, dot_scaled(lo, load_x(xb), s_lo));
-                *isum = _mm256_add_epi32(*isum, dot_scaled(hi, load_x(xb.add(32)), s_hi));
-            }
+        // Written out four times (not a loop): the compiler keeps a loop over j, whose
+        // bookkeeping and scale shuffles then run between the rows' products.
+        macro_rules! group {
+            ($j:literal) => {
+                let v = load(p.add(16 + 32 * $j));
+                let lo = _mm256_and_si256(v, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                let s_lo = bcast_scale(sc16, 2 * $j);
+                let s_hi = bcast_scale(sc16, 2 * $j + 1);
+                for (r, isum) in isums.iter_mut().enumerate() {
+                    let xb = xp[r].add(256 * b + 64 * $j);
+                    *isum = _mm256_add_epi32(*isum, dot_scaled(lo, load_x(xb), s_lo));
+                    *isum = _mm256_add_epi32(*isum, dot_scaled(hi, load_x(xb.add(32)), s_hi));
+                }
+            };
         }
-        let mins = k4_min_pairs(sm);
-        let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16);
-        let msums: [__m256i; R] = std::array::from_fn(|r| {
-            _mm256_madd_epi16(mins, _mm256_loadu_si256(sp.add(16 * r) as *const __m256i))
-        });
+        group!(0);
+        group!(1);
+        group!(2);
+        group!(3);
+        let (isum, msum) = if R == 1 {
+            // One row: its mins' lanes join the same reduction tree as its products.
+            let sp = x.sums16_t.as_ptr().add((b * rows + r0) * 16) as *const __m256i;
+            reduce_one(
+                isums[0],
+                _mm256_madd_epi16(k4_min_pairs(sm), _mm256_loadu_si256(sp)),
+            )
+        } else {
+            (reduce_rows(&isums), k4_mins_by_row::<R>(sm, x, b, r0))
+        };
         let dx = _mm256_maskload_ps(x.d_t.as_ptr().add(b * rows + r0), row_lanes::<R>());
         let (d, dmin) = f16_pair(p);
-        let (isum, msum) = reduce_two(&isums, &msums);
         acc = step8(acc, Shape::ScaleMinusMin, d, dmin, dx, isum, msum);
     }
     store_rows::<R>(acc, out);

@@ -154,7 +154,7 @@ unsafe fn q4k_cols<const R: usize>(w: &[u8], x: &QuantAct, r0: usize, out: &mut 
         let mut msums = [[zero; 8]; R];
         for j in 0..8 {
             let c = blk.add(j * stride);
-            let sm = k4_scales_mins(std::slice::from_raw_parts(c.add(4), 12));
+            let sm = k4_scales_mins(std::slice::from_raw_parts(c, 144));
             let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
             let mut is = [zero; R];
             for s in 0..4 {
