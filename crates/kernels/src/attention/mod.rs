@@ -8,6 +8,8 @@
 //! row's output does not depend on what else is in the call.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 
 use crate::canon;
@@ -206,8 +208,14 @@ fn group_heads(
 ) {
     #[cfg(target_arch = "x86_64")]
     if level >= SimdLevel::Avx2 {
-        // SAFETY: AVX2+FMA were detected; the body is the same portable code compiled with FMA.
-        unsafe { group_fma(level, shape, q, kvh, keys, kv, out) };
+        if avx2::supports(shape.head_dim) {
+            // SAFETY: AVX2+FMA were detected; the head size was checked.
+            unsafe { avx2::heads(shape, q, kvh, keys, kv, out) };
+        } else {
+            // SAFETY: AVX2+FMA were detected; the body is the same portable code compiled
+            // with FMA.
+            unsafe { group_fma(level, shape, q, kvh, keys, kv, out) };
+        }
         return;
     }
     group_body(level, shape, q, kvh, keys, kv, out)
