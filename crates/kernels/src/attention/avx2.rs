@@ -144,9 +144,9 @@ unsafe fn heads_nv<const NV: usize>(
             }
         }
     }
-    for g in 0..g_n {
-        if big_l[g] > 0.0 {
-            let d = _mm256_set1_ps(big_l[g]);
+    for (g, &l) in big_l.iter().enumerate().take(g_n) {
+        if l > 0.0 {
+            let d = _mm256_set1_ps(l);
             let o = out.as_mut_ptr().add(g * hd);
             for j in 0..2 * NV {
                 let v = _mm256_div_ps(_mm256_loadu_ps(o.add(8 * j)), d);
