@@ -664,3 +664,65 @@ fn a_dear_looking_draft_model_is_probed_while_copies_win() {
         run.receipt.sources
     );
 }
+
+/// A fake target that logs the rows of every forward.
+struct Logged {
+    inner: FakeRunner,
+    rows: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl Runner for Logged {
+    fn vocab(&self) -> usize {
+        self.inner.vocab()
+    }
+    fn kv_blocks(&self) -> usize {
+        self.inner.kv_blocks()
+    }
+    fn context_len(&self) -> usize {
+        self.inner.context_len()
+    }
+    fn copy_slots(&mut self, table: &[u32], moves: &[(usize, usize)]) {
+        self.inner.copy_slots(table, moves)
+    }
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
+        self.rows.lock().unwrap().push(rows.len());
+        self.inner.forward(rows)
+    }
+}
+
+/// Even while every round's guesses pay (a free proposer that is always right, a flat cost),
+/// a step without guesses comes every `PLAIN_PROBE_EVERY` rounds, so the cost model sees what
+/// the serial rows cost instead of extrapolating it; not more often, and the reply is serial's.
+#[test]
+fn drafting_leaves_a_plain_step_now_and_then() {
+    let mut req = request(42, false, 600);
+    req.stop_tokens.clear();
+    let want = solo_short(serial_config(), req.clone(), 1);
+    let replies: HashMap<Vec<TokenId>, Vec<TokenId>> =
+        std::iter::once((req.prompt.clone(), want.tokens.clone())).collect();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut fake = FakeRunner::new(VOCAB, BLOCKS);
+    fake.context = 1;
+    let runner = Logged {
+        inner: fake,
+        rows: log.clone(),
+    };
+    let mut e = Engine::new(Box::new(runner), EngineConfig::default(), CostModel::flat());
+    e.add_draft_model(Box::new(Timed(Prophet {
+        replies,
+        right: 16,
+        rng: Rng(5),
+    })));
+    let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+    assert_eq!(run.tokens, want.tokens, "drafted == serial");
+    let rows = log.lock().unwrap().clone();
+    let steps = rows.len();
+    let plain = rows.iter().filter(|&&r| r == 1).count();
+    let every = tf_engine::cost::PLAIN_PROBE_EVERY;
+    assert!(steps > 3 * every, "{steps} steps: {rows:?}");
+    // At most one more: the last token, for which no guess has room.
+    assert!(
+        plain >= steps / (every + 1) - 1 && plain <= steps / every + 1,
+        "{plain} one-row steps of {steps}: {rows:?}"
+    );
+}
