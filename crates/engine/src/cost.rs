@@ -66,10 +66,6 @@ type Curve = ([f64; MAX_DRAFT], usize);
 const DRAFT_MARGIN: f64 = 0.08;
 /// Rounds between forced one-draft probes of a proposer that stopped paying (to notice recovery).
 pub const PROBE_EVERY: usize = 32;
-/// Rounds after which a step runs without guesses if none did meanwhile: the serial rows' cost
-/// is observed, not only extrapolated (on the AVX2 EPYC, two-row rounds in the engine cost
-/// 1.28-1.36x the one-row ones, where the startup calibration's best passes said 1.14-1.26x).
-pub const PLAIN_PROBE_EVERY: usize = 16;
 /// Rounds a draft model's catch-up (the tokens copies or serial rounds committed since its last
 /// use) is charged over when the model is weighed for a round: it is paid once and then serves
 /// the rounds after it, but after a long run of copies (an edit that reproduces its source) it
@@ -161,12 +157,11 @@ impl CostModel {
             return;
         }
         // In log terms: the whole curve follows the observation quickly (the machine got slower
-        // or faster), the observed point's share of the shape at a quarter of that rate (each row
-        // count learns its own ratio to the others in a few dozen observations). A step slowed by something
+        // or faster), the observed point's share of the shape slowly. A step slowed by something
         // else on the machine is capped so it cannot poison the estimate.
         let ratio = (secs / self.forward_secs(rows)).min(3.0);
         self.scale *= ratio.powf(4.0 * DECAY);
-        self.row_secs[rows] *= ratio.powf(DECAY);
+        self.row_secs[rows] *= ratio.powf(DECAY / 8.0);
     }
 
     /// A proposer spent `secs` on `tokens` guesses. Kept relative to a one-row forward of the
@@ -546,43 +541,14 @@ mod tests {
 
     #[test]
     fn observations_rescale_the_whole_curve() {
-        // A flat prior meets a machine where every forward takes half as long: the curve must
-        // come down everywhere, most of the way, not only at the observed row count.
+        // A flat prior meets a machine where every forward takes a microsecond: the curve must
+        // come down everywhere, not only at the observed row count.
         let mut m = CostModel::flat();
         for _ in 0..400 {
-            m.observe_forward(1, 0.5);
+            m.observe_forward(1, 1e-6);
         }
-        assert!(
-            (m.forward_secs(1) - 0.5).abs() < 1e-3,
-            "{}",
-            m.forward_secs(1)
-        );
-        assert!(m.forward_secs(2) < 0.6, "{}", m.forward_secs(2));
-        assert!(m.forward_secs(16) < 0.6, "{}", m.forward_secs(16));
-    }
-
-    #[test]
-    fn each_row_count_learns_its_own_share() {
-        // The calibration says two rows cost 1.15 of one; rounds measure 1.33 (a shared CPU,
-        // where the startup's best passes were lucky). Alternating observations of one and two
-        // rows teach the curve the measured ratio, so the serial rate that drafting must beat
-        // is not overstated.
-        let mut m = CostModel::from_points(&[(1, 1.0), (2, 1.15), (4, 1.6)]);
-        for i in 0..200 {
-            // Mostly two-row rounds, a one-row step now and then.
-            if i % 8 == 0 {
-                m.observe_forward(1, 0.9);
-            } else {
-                m.observe_forward(2, 1.2);
-            }
-        }
-        let ratio = m.forward_secs(2) / m.forward_secs(1);
-        assert!(ratio > 1.28 && ratio < 1.38, "{ratio}");
-        assert!(
-            (m.forward_secs(2) - 1.2).abs() < 0.05,
-            "{}",
-            m.forward_secs(2)
-        );
+        assert!(m.forward_secs(1) < 1e-5);
+        assert!(m.forward_secs(2) < 2e-6, "{}", m.forward_secs(2));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! long prompts are prefilled in chunks while others keep decoding).
 
 use crate::blocks::{chain_hashes, BlockHash, BlockPool, CacheStats};
-use crate::cost::{CostModel, MAX_DRAFT, PLAIN_PROBE_EVERY, PROBE_EVERY};
+use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
 
 /// Acceptance a draft model's guesses are assumed to have before any is observed: a draft
 /// model of the target's family agrees with it far more often than a copy of the context
@@ -113,8 +113,6 @@ pub struct Engine {
     next_id: SeqId,
     pub config: EngineConfig,
     round: usize,
-    /// The last round whose step ran without any guesses (see [`PLAIN_PROBE_EVERY`]).
-    last_plain: usize,
     sampler: Sampler,
     /// Prefix cache salt: the runner's model and kernel identity.
     salt: BlockHash,
@@ -142,7 +140,6 @@ impl Engine {
             next_id: 1,
             config,
             round: 0,
-            last_plain: 0,
             sampler: Sampler::new(),
             salt,
             spill: None,
@@ -352,12 +349,6 @@ impl Engine {
         self.round += 1;
         debug_assert!(!self.blocks.has_evicted(), "evicted blocks not spilled");
         let plans = self.schedule();
-        if plans
-            .iter()
-            .all(|p| p.drafts.is_empty() && p.branches.is_empty())
-        {
-            self.last_plain = self.round;
-        }
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
         let t = Instant::now();
@@ -430,13 +421,7 @@ impl Engine {
             budget -= n;
             rows += n;
         }
-        // Now and then a step without guesses, so that the cost model sees what the rows
-        // alone cost: while every round drafts, only wider forwards are observed, and the
-        // serial rate that drafting must beat would be extrapolated from the startup
-        // calibration, which on a shared CPU can be far from what a round costs.
-        let plain_probe = self.config.min_drafts == 0
-            && self.round.saturating_sub(self.last_plain) >= PLAIN_PROBE_EVERY;
-        if self.config.drafts && !plain_probe {
+        if self.config.drafts {
             for plan in plans.iter_mut() {
                 let s = &self.running[plan.seq];
                 if !s.decoding() || !s.req.draft {
