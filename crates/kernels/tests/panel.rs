@@ -3,8 +3,9 @@
 //! the pass height (64), widths that leave a partial panel, long rows, extreme codes, and any
 //! thread count; a row alone equals the same row inside any larger call.
 //!
-//! On a CPU without AMX the packed matrix is read by the other kernels, so these tests then
-//! check only that the packing keeps the matrix usable; the line printed says which ran.
+//! On a CPU without AMX the packed matrix is read by the VNNI panel kernel, or at the AVX2
+//! level by the AVX2 panel kernel (Q4_0) and the other kernels (every other type); the line
+//! printed says which ran. Every test runs at each SIMD level the CPU has.
 
 mod common;
 use common::*;
@@ -40,6 +41,16 @@ fn for_both_kernels(mut f: impl FnMut()) {
     set_vnni_rows(8);
 }
 
+/// The SIMD levels this CPU can run, from AVX2 up (the AVX2 panel kernel runs on an AVX-512
+/// CPU too, when asked for).
+fn levels() -> Vec<SimdLevel> {
+    let top = tf_kernels::detect();
+    [SimdLevel::Avx2, SimdLevel::Avx512Vnni]
+        .into_iter()
+        .filter(|l| *l <= top)
+        .collect()
+}
+
 fn note() {
     eprintln!(
         "panel kernels: AMX {}",
@@ -55,26 +66,30 @@ fn note() {
 fn panels_equal_the_reference() {
     note();
     let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
-    let level = tf_kernels::detect();
-    for dtype in PANEL_TYPES {
-        // k: one block, several, and (legacy) a group of eight blocks plus a partial one.
-        for (k, n) in [(256usize, 16usize), (768, 37), (2304, 5), (896, 48)] {
-            if k % dtype.block_elems() != 0 {
-                continue;
-            }
-            let mut rng = Rng(k as u64 * 7 + n as u64 + dtype.ggml_id() as u64);
-            let wb = weights(&mut rng, dtype, k * n);
-            let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
-            let p = PackedMatrix::pack(&w).expect("a panel type");
-            let wp = w.with_packed(&p);
-            for (t, rows) in [1usize, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 80]
-                .into_iter()
-                .enumerate()
-            {
-                let x = activations(&mut rng, rows * k);
-                let want = run(SimdLevel::Scalar, &pools[0], &w, &x, rows);
-                let got = run(level, &pools[t % 3], &wp, &x, rows);
-                assert!(bits_eq(&got, &want), "{dtype} k={k} n={n} rows={rows}");
+    for level in levels() {
+        for dtype in PANEL_TYPES {
+            // k: one block, several, and (legacy) a group of eight blocks plus a partial one.
+            for (k, n) in [(256usize, 16usize), (768, 37), (2304, 5), (896, 48)] {
+                if k % dtype.block_elems() != 0 {
+                    continue;
+                }
+                let mut rng = Rng(k as u64 * 7 + n as u64 + dtype.ggml_id() as u64);
+                let wb = weights(&mut rng, dtype, k * n);
+                let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+                let p = PackedMatrix::pack(&w).expect("a panel type");
+                let wp = w.with_packed(&p);
+                for (t, rows) in [1usize, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 80]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let x = activations(&mut rng, rows * k);
+                    let want = run(SimdLevel::Scalar, &pools[0], &w, &x, rows);
+                    let got = run(level, &pools[t % 3], &wp, &x, rows);
+                    assert!(
+                        bits_eq(&got, &want),
+                        "{level:?} {dtype} k={k} n={n} rows={rows}"
+                    );
+                }
             }
         }
     }
@@ -83,32 +98,33 @@ fn panels_equal_the_reference() {
 #[test]
 fn panel_rows_are_invariant_to_batch_and_offset() {
     let pool = ThreadPool::new(2);
-    let level = tf_kernels::detect();
-    for dtype in PANEL_TYPES {
-        let (k, n) = (512, 40);
-        let mut rng = Rng(99 + dtype.ggml_id() as u64);
-        let wb = weights(&mut rng, dtype, k * n);
-        let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
-        let p = PackedMatrix::pack(&w).unwrap();
-        let wp = w.with_packed(&p);
-        let total = 90;
-        let x = activations(&mut rng, total * k);
-        let alone: Vec<Vec<f32>> = (0..total)
-            .map(|r| run(level, &pool, &wp, &x[r * k..(r + 1) * k], 1))
-            .collect();
-        for _ in 0..10 {
-            let rows = 2 + rng.below(80);
-            let start = rng.below(total - rows + 1);
-            for_both_kernels(|| {
-                let got = run(level, &pool, &wp, &x[start * k..(start + rows) * k], rows);
-                for r in 0..rows {
-                    assert!(
-                        bits_eq(&got[r * n..(r + 1) * n], &alone[start + r]),
-                        "{dtype}: row {} inside {rows} rows",
-                        start + r
-                    );
-                }
-            });
+    for level in levels() {
+        for dtype in PANEL_TYPES {
+            let (k, n) = (512, 40);
+            let mut rng = Rng(99 + dtype.ggml_id() as u64);
+            let wb = weights(&mut rng, dtype, k * n);
+            let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+            let p = PackedMatrix::pack(&w).unwrap();
+            let wp = w.with_packed(&p);
+            let total = 90;
+            let x = activations(&mut rng, total * k);
+            let alone: Vec<Vec<f32>> = (0..total)
+                .map(|r| run(level, &pool, &wp, &x[r * k..(r + 1) * k], 1))
+                .collect();
+            for _ in 0..10 {
+                let rows = 2 + rng.below(80);
+                let start = rng.below(total - rows + 1);
+                for_both_kernels(|| {
+                    let got = run(level, &pool, &wp, &x[start * k..(start + rows) * k], rows);
+                    for r in 0..rows {
+                        assert!(
+                            bits_eq(&got[r * n..(r + 1) * n], &alone[start + r]),
+                            "{level:?} {dtype}: row {} inside {rows} rows",
+                            start + r
+                        );
+                    }
+                });
+            }
         }
     }
 }
@@ -116,7 +132,6 @@ fn panel_rows_are_invariant_to_batch_and_offset() {
 #[test]
 fn panels_take_extreme_codes_and_activations() {
     let pool = ThreadPool::new(2);
-    let level = tf_kernels::detect();
     let k = 512;
     let n = 20;
     let rows: Vec<Vec<f32>> = vec![
@@ -131,28 +146,30 @@ fn panels_take_extreme_codes_and_activations() {
     ];
     let x = rows.concat();
     let mut rng = Rng(5151);
-    for dtype in PANEL_TYPES {
-        for fill in [0xFFu8, 0x80, 0x7F, 0x00, 0x55] {
-            let mut wb = weights(&mut rng, dtype, k * n);
-            let keep = match dtype {
-                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => 0..2,
-                DType::Q6K => 208..210,
-                _ => 0..4,
-            };
-            for blk in wb.chunks_exact_mut(dtype.block_bytes()) {
-                for (i, b) in blk.iter_mut().enumerate() {
-                    if !keep.contains(&i) {
-                        *b = fill;
+    for level in levels() {
+        for dtype in PANEL_TYPES {
+            for fill in [0xFFu8, 0x80, 0x7F, 0x00, 0x55] {
+                let mut wb = weights(&mut rng, dtype, k * n);
+                let keep = match dtype {
+                    DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => 0..2,
+                    DType::Q6K => 208..210,
+                    _ => 0..4,
+                };
+                for blk in wb.chunks_exact_mut(dtype.block_bytes()) {
+                    for (i, b) in blk.iter_mut().enumerate() {
+                        if !keep.contains(&i) {
+                            *b = fill;
+                        }
                     }
                 }
+                let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
+                let p = PackedMatrix::pack(&w).unwrap();
+                let want = run(SimdLevel::Scalar, &pool, &w, &x, rows.len());
+                for_both_kernels(|| {
+                    let got = run(level, &pool, &w.with_packed(&p), &x, rows.len());
+                    assert!(bits_eq(&got, &want), "{level:?} {dtype} fill {fill:#x}");
+                });
             }
-            let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
-            let p = PackedMatrix::pack(&w).unwrap();
-            let want = run(SimdLevel::Scalar, &pool, &w, &x, rows.len());
-            for_both_kernels(|| {
-                let got = run(level, &pool, &w.with_packed(&p), &x, rows.len());
-                assert!(bits_eq(&got, &want), "{dtype} fill {fill:#x}");
-            });
         }
     }
 }

@@ -110,8 +110,9 @@ impl Model {
     }
 
     /// Makes the panel form of every quantized matrix that has one, for the CPU kernels (done
-    /// once; the first CPU forward does it otherwise). Where the CPU has no AVX-512 VNNI, or
-    /// `TENSORFOLD_PANELS=0`, nothing is packed. The panels hold the same integers, so results
+    /// once; the first CPU forward does it otherwise): every type with a panel form where the
+    /// CPU has AVX-512 VNNI, Q4_0 where it has AVX2 (a requantized draft model); with
+    /// `TENSORFOLD_PANELS=0`, nothing. The panels hold the same integers, so results
     /// are the same bits either way; only speed changes.
     pub fn prepare_cpu(&self) {
         self.panels();
@@ -136,10 +137,19 @@ impl Model {
     fn make_panels(&self, wanted: bool) -> Panels {
         {
             let off = std::env::var("TENSORFOLD_PANELS").is_ok_and(|v| v == "0");
-            if !wanted || off || self.level < SimdLevel::Avx512Vnni {
+            let level = self.level;
+            let packs = |d| tf_kernels::matmul::packs_at(level, d);
+            let any = self
+                .weights
+                .layers
+                .iter()
+                .flat_map(|l| l.matrices())
+                .any(|m| packs(m.dtype))
+                || packs(self.weights.output.dtype);
+            if !wanted || off || !any {
                 return Panels::none(self.weights.layers.len());
             }
-            let p = Panels::pack(&self.weights);
+            let p = Panels::pack_where(&self.weights, packs);
             if let Some(g) = self.gguf() {
                 for m in p.packed_sources(&self.weights) {
                     g.drop_pages(m.data);

@@ -2,6 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use tf_core::DType;
 use tf_kernels::matmul::{PackedMatrix, WeightMatrix};
 use tf_weights::{TensorSource, TensorView};
 
@@ -197,8 +198,14 @@ impl Panels {
 
     /// Packs every matrix, spread over the machine's cores.
     pub fn pack(w: &Weights) -> Panels {
+        Panels::pack_where(w, |_| true)
+    }
+
+    /// Packs the matrices whose type `wanted` accepts, spread over the machine's cores.
+    pub fn pack_where(w: &Weights, wanted: impl Fn(DType) -> bool + Sync) -> Panels {
         let mut jobs: Vec<&WeightMatrix> = w.layers.iter().flat_map(|l| l.matrices()).collect();
         jobs.push(&w.output);
+        let wanted = &wanted;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let next = std::sync::atomic::AtomicUsize::new(0);
         let done: Vec<std::sync::Mutex<Option<PackedMatrix>>> =
@@ -208,7 +215,9 @@ impl Panels {
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(m) = jobs.get(i) else { break };
-                    *done[i].lock().unwrap_or_else(|e| e.into_inner()) = PackedMatrix::pack(m);
+                    if wanted(m.dtype) {
+                        *done[i].lock().unwrap_or_else(|e| e.into_inner()) = PackedMatrix::pack(m);
+                    }
                 });
             }
         });

@@ -90,7 +90,7 @@ fn chunking_and_threads_do_not_change_a_bit() {
     }
 }
 
-/// The CPU's panel layout (AMX and VNNI panel kernels) gives the bits of the stored layout's
+/// The CPU's panel layout (AMX, VNNI and AVX2 panel kernels) gives the bits of the stored layout's
 /// kernels, for every quantized type a panel form exists for, at prefill and decode shapes.
 #[test]
 fn panel_layout_gives_the_stored_layouts_bits() {

@@ -46,6 +46,8 @@ mod avx512;
 mod lanes8;
 pub mod panel;
 #[cfg(target_arch = "x86_64")]
+mod panel_avx2;
+#[cfg(target_arch = "x86_64")]
 mod panel_kernel;
 #[cfg(target_arch = "x86_64")]
 pub use panel_kernel::set_vnni_rows;
@@ -184,6 +186,17 @@ fn cols8_kernel(level: SimdLevel, w: &WeightMatrix) -> Option<QCols8> {
     None
 }
 
+/// Whether a matrix of `dtype` is worth packing into panel form ([`PackedMatrix`]) for the
+/// kernels of `level`: every type with a panel form at AVX-512 VNNI, Q4_0 at AVX2.
+pub fn packs_at(level: SimdLevel, dtype: DType) -> bool {
+    match level {
+        SimdLevel::Avx512Vnni => panel::Layout::of(dtype).is_some(),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => panel_avx2::packs(dtype),
+        _ => false,
+    }
+}
+
 /// Bytes of eight weight rows up to which [`cols8_kernel`] applies.
 const COLS8_BYTES: usize = 32 * 1024;
 
@@ -290,6 +303,16 @@ pub fn matmul_cols(
             // SAFETY: AVX-512 VNNI was detected; `out` holds every row's columns (asserted
             // above).
             unsafe { panel_kernel::matmul_packed(pool, p, xq, out, cols, out_stride) };
+            return;
+        }
+        if level == SimdLevel::Avx2
+            && panel_avx2::supports(p)
+            && cols.start.is_multiple_of(panel::PANEL)
+        {
+            let xq = x.quant(panel_kernel::act_block(p));
+            // SAFETY: AVX2, FMA and F16C were detected; `out` holds every row's columns
+            // (asserted above).
+            unsafe { panel_avx2::matmul_packed(pool, p, xq, out, cols, out_stride) };
             return;
         }
     }
