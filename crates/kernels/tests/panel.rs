@@ -69,7 +69,13 @@ fn panels_equal_the_reference() {
     for level in levels() {
         for dtype in PANEL_TYPES {
             // k: one block, several, and (legacy) a group of eight blocks plus a partial one.
-            for (k, n) in [(256usize, 16usize), (768, 37), (2304, 5), (896, 48)] {
+            for (k, n) in [
+                (256usize, 16usize),
+                (768, 37),
+                (2304, 5),
+                (896, 48),
+                (512, 100),
+            ] {
                 if k % dtype.block_elems() != 0 {
                     continue;
                 }
@@ -100,7 +106,7 @@ fn panel_rows_are_invariant_to_batch_and_offset() {
     let pool = ThreadPool::new(2);
     for level in levels() {
         for dtype in PANEL_TYPES {
-            let (k, n) = (512, 40);
+            let (k, n) = (512, 72);
             let mut rng = Rng(99 + dtype.ggml_id() as u64);
             let wb = weights(&mut rng, dtype, k * n);
             let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();

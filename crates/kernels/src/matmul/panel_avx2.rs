@@ -1,5 +1,5 @@
-//! Q4_0 in panel layout ([`PackedMatrix`]) on AVX2, for any row count: what a draft model
-//! requantized to Q4_0 reads on a CPU without AVX-512.
+//! Q4_0 and Q4_K in panel layout ([`PackedMatrix`]) on AVX2, for any row count: a CPU
+//! without AVX-512 reads a requantized draft model (Q4_0) and most of a Q4_K_M target so.
 //!
 //! The tile order puts four consecutive codes of each of 16 columns in one 32-bit lane, so a
 //! `vpmaddubsw` of 32 code bytes (eight columns) against a row's four activations, broadcast,
@@ -9,9 +9,11 @@
 //! pair, at most 16 · 15 · 128 = 30720 in magnitude, so they add up exactly in 16 bits and one
 //! `vpmaddwd` per eight columns finishes the block: half the multiply µops of the per-column
 //! kernels. Codes go in unsigned; the offset of 8 comes out through the block's activation
-//! sum. The integer sums are those of every other kernel and the float step is
-//! [`step8v`] (`block_step` lane by lane, ascending blocks), so the bits are the reference's
-//! whatever the row count, the chunking or the thread count.
+//! sum. Q4_K's 32-value groups are such blocks too, each group's 16-bit sums going through one
+//! `vpmaddwd` against its integer scale; the mins meet the row's 32-value sums in four more.
+//! The integer sums are those of every other kernel and the float step is [`step8v`]
+//! (`block_step` lane by lane, ascending blocks), so the bits are the reference's whatever
+//! the row count, the chunking or the thread count.
 
 use super::lanes8::{prefetch_ahead, step8v};
 use super::panel::{Kind, PackedMatrix, PANEL};
@@ -27,13 +29,13 @@ const ROWS: usize = 4;
 
 /// Whether matrices of `dtype` have an AVX2 panel kernel (and are worth packing for one).
 pub fn packs(dtype: DType) -> bool {
-    dtype == DType::Q4_0
+    matches!(dtype, DType::Q4_0 | DType::Q4K)
 }
 
 /// Whether `p` can go through [`matmul_packed`].
 pub(crate) fn supports(p: &PackedMatrix) -> bool {
-    p.dtype == DType::Q4_0
-        && matches!(
+    p.layout.kind == Kind::Q4K
+        || matches!(
             p.layout.kind,
             Kind::Legacy {
                 five: false,
@@ -64,48 +66,94 @@ pub(crate) unsafe fn matmul_packed(
     pool.for_ranges(cols.len(), PANEL, &|range| {
         let first = (base + range.start) / PANEL;
         let last = (base + range.end).div_ceil(PANEL);
-        for panel in first..last {
-            // SAFETY: the caller's contract (CPU features, output size).
-            unsafe { panel_all_rows(p, x, panel, &dst, base, base + range.end, out_stride) };
-        }
+        let job = Job {
+            p,
+            x,
+            dst: &dst,
+            base,
+            col_end: base + range.end,
+            out_stride,
+        };
+        // SAFETY: the caller's contract (CPU features, output size).
+        unsafe { job.run(first..last) };
     });
 }
 
-/// Every row of `x` against one panel, in groups of up to [`ROWS`] rows (the panel's blocks
-/// stay in cache from one group to the next); columns from `col_end` on are not written.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_all_rows(
-    p: &PackedMatrix,
-    x: &QuantAct,
-    panel: usize,
-    dst: &SharedOut,
+struct Job<'a> {
+    p: &'a PackedMatrix,
+    x: &'a QuantAct,
+    dst: &'a SharedOut,
     base: usize,
+    /// End of this thread's columns (none from here on are written).
     col_end: usize,
     out_stride: usize,
-) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
-    let mut r0 = 0;
-    while r0 < x.rows {
-        let n = (x.rows - r0).min(ROWS);
-        match n {
-            1 => panel_rows::<1>(p, x, panel, r0, &mut acc),
-            2 => panel_rows::<2>(p, x, panel, r0, &mut acc),
-            3 => panel_rows::<3>(p, x, panel, r0, &mut acc),
-            _ => panel_rows::<ROWS>(p, x, panel, r0, &mut acc),
+}
+
+/// Float accumulators of up to [`ROWS`] rows × 16 columns (two vectors of eight).
+type Acc = [[__m256; 2]; ROWS];
+
+impl Job<'_> {
+    /// The panels, rows in groups of up to [`ROWS`] (a panel's blocks stay in cache from one
+    /// group to the next).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn run(&self, panels: std::ops::Range<usize>) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
+        let rows = self.x.rows;
+        for panel in panels {
+            let mut r0 = 0;
+            while r0 < rows {
+                let n = (rows - r0).min(ROWS);
+                match n {
+                    1 => self.rows::<1>(panel, r0, &mut acc),
+                    2 => self.rows::<2>(panel, r0, &mut acc),
+                    3 => self.rows::<3>(panel, r0, &mut acc),
+                    _ => self.rows::<ROWS>(panel, r0, &mut acc),
+                }
+                self.store(panel, r0, n, &acc);
+                r0 += n;
+            }
         }
+    }
+
+    /// Writes rows `r0 .. r0 + n` of one panel's accumulators, the columns before `col_end`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn store(&self, panel: usize, r0: usize, n: usize, acc: &Acc) {
         let c0 = panel * PANEL;
-        let width = (col_end - c0).min(PANEL);
+        let width = (self.col_end - c0).min(PANEL);
         for (i, a) in acc.iter().enumerate().take(n) {
             let mut lanes = [0f32; PANEL];
             _mm256_storeu_ps(lanes.as_mut_ptr(), a[0]);
             _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a[1]);
-            let at = (r0 + i) * out_stride + (c0 - base);
+            let at = (r0 + i) * self.out_stride + (c0 - self.base);
             for (j, v) in lanes.iter().enumerate().take(width) {
                 // SAFETY: each thread writes its own columns; in bounds by the caller.
-                dst.write(at + j, *v);
+                self.dst.write(at + j, *v);
             }
         }
-        r0 += n;
+    }
+
+    /// Rows `r0 .. r0 + R` against one panel, block by block, into `acc`.
+    #[inline(always)]
+    unsafe fn rows<const R: usize>(&self, panel: usize, r0: usize, acc: &mut Acc) {
+        let (p, x) = (self.p, self.x);
+        *acc = [[_mm256_setzero_ps(); 2]; ROWS];
+        let rows: [*const i8; R] = std::array::from_fn(|i| x.qs.as_ptr().add((r0 + i) * x.k));
+        let q4k = p.layout.kind == Kind::Q4K;
+        for b in 0..p.blocks {
+            let blk = p.block(panel, b);
+            prefetch_ahead(blk, p.layout.bytes);
+            if q4k && R <= 2 {
+                q4k_both::<R>(blk, b, x, r0, &rows, acc);
+                continue;
+            }
+            for h in 0..2 {
+                if q4k {
+                    q4k_half::<R>(blk, h, b, x, r0, &rows, acc);
+                } else {
+                    q4_0_half::<R>(p, blk, h, b, x, r0, &rows, acc);
+                }
+            }
+        }
     }
 }
 
@@ -115,50 +163,163 @@ unsafe fn x4(p: *const i8) -> __m256i {
     _mm256_set1_epi32((p as *const i32).read_unaligned())
 }
 
-/// The panel's 16 columns (two vectors of eight) for rows `r0 .. r0 + R`, into `acc`.
-#[allow(clippy::needless_range_loop)] // `h` and `i` index codes, scales and rows together
+/// Q4_0 block `b`, columns `8h .. 8h + 8` of the panel block at `blk`, for rows
+/// `r0 .. r0 + R`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn panel_rows<const R: usize>(
+unsafe fn q4_0_half<const R: usize>(
     p: &PackedMatrix,
+    blk: *const u8,
+    h: usize,
+    b: usize,
     x: &QuantAct,
-    panel: usize,
     r0: usize,
-    acc: &mut [[__m256; 2]; ROWS],
+    rows: &[*const i8; R],
+    acc: &mut Acc,
 ) {
-    let l = &p.layout;
     let nblk = x.k / 32;
     let m4 = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     let (zf, zi) = (_mm256_setzero_ps(), _mm256_setzero_si256());
-    for a in acc.iter_mut() {
-        *a = [zf; 2];
+    let at = 32 * b;
+    let mut a16 = [zi; R];
+    for t in 0..4 {
+        let v = _mm256_loadu_si256(blk.add(64 * t + 32 * h) as *const __m256i);
+        let lo = _mm256_and_si256(v, m4);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+        for i in 0..R {
+            let s_lo = _mm256_maddubs_epi16(lo, x4(rows[i].add(at + 8 * t)));
+            let s_hi = _mm256_maddubs_epi16(hi, x4(rows[i].add(at + 8 * t + 4)));
+            a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(s_lo, s_hi));
+        }
     }
-    let rows: [*const i8; R] = std::array::from_fn(|i| x.qs.as_ptr().add((r0 + i) * x.k));
-    for b in 0..p.blocks {
-        let blk = p.block(panel, b);
-        prefetch_ahead(blk, l.bytes);
-        let at = 32 * b;
-        for h in 0..2 {
-            let mut a16 = [zi; R];
-            for t in 0..4 {
-                let v = _mm256_loadu_si256(blk.add(64 * t + 32 * h) as *const __m256i);
+    let d_at = p.layout.d_at + 16 * h;
+    let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(d_at) as *const __m128i));
+    for i in 0..R {
+        let r = r0 + i;
+        let sx = *x.sums.get_unchecked(r * nblk + b) as i32;
+        let isum = _mm256_sub_epi32(_mm256_madd_epi16(a16[i], ones), _mm256_set1_epi32(8 * sx));
+        let dx = _mm256_set1_ps(*x.d.get_unchecked(r * nblk + b));
+        acc[i][h] = step8v(acc[i][h], Shape::Scale, d, zf, dx, isum, zi);
+    }
+}
+
+/// Q4_K block `b`, columns `8h .. 8h + 8` of the panel block at `blk`, for rows
+/// `r0 .. r0 + R`: isum = Σ_u scale_u · S_u over the eight groups, msum = Σ_u min_u · Σx_u.
+#[inline(always)]
+unsafe fn q4k_half<const R: usize>(
+    blk: *const u8,
+    h: usize,
+    b: usize,
+    x: &QuantAct,
+    r0: usize,
+    rows: &[*const i8; R],
+    acc: &mut Acc,
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let zi = _mm256_setzero_si256();
+    let mut isum = [zi; R];
+    for u in 0..8 {
+        // The group's scales, one per column, in both 16-bit halves of the column's lane.
+        let sc = _mm_loadl_epi64(blk.add(2048 + 16 * u + 8 * h) as *const __m128i);
+        let sc = _mm256_cvtepu8_epi32(sc);
+        let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
+        let mut a16 = [zi; R];
+        for t in 0..4 {
+            let v = _mm256_loadu_si256(blk.add(256 * u + 64 * t + 32 * h) as *const __m256i);
+            let lo = _mm256_and_si256(v, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            let at = 256 * b + 32 * u + 8 * t;
+            for i in 0..R {
+                let s_lo = _mm256_maddubs_epi16(lo, x4(rows[i].add(at)));
+                let s_hi = _mm256_maddubs_epi16(hi, x4(rows[i].add(at + 4)));
+                a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(s_lo, s_hi));
+            }
+        }
+        for i in 0..R {
+            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(a16[i], sc));
+        }
+    }
+    q4k_tail::<R>(blk, h, b, x, r0, &isum, acc);
+}
+
+/// Q4_K block `b`'s float step for columns `8h .. 8h + 8` and rows `r0 .. r0 + R`, given
+/// their integer sums `isum`: msum = Σ_u min_u · Σx_u from the mins and the rows' 32-value
+/// sums.
+#[inline(always)]
+unsafe fn q4k_tail<const R: usize>(
+    blk: *const u8,
+    h: usize,
+    b: usize,
+    x: &QuantAct,
+    r0: usize,
+    isum: &[__m256i; R],
+    acc: &mut Acc,
+) {
+    let zi = _mm256_setzero_si256();
+    // Mins of groups 2q and 2q + 1 side by side per column, against the row's two sums.
+    let mins: [__m256i; 4] = std::array::from_fn(|q| {
+        let m = _mm_loadu_si128(blk.add(2176 + 32 * q + 16 * h) as *const __m128i);
+        _mm256_cvtepu8_epi16(m)
+    });
+    let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(2304 + 16 * h) as *const __m128i));
+    let dmin = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(2336 + 16 * h) as *const __m128i));
+    for i in 0..R {
+        let r = r0 + i;
+        let pairs = x.sums32_t.as_ptr().add((b * x.rows + r) * 8) as *const i32;
+        let mut msum = zi;
+        for (q, mv) in mins.iter().enumerate() {
+            let s = _mm256_set1_epi32(pairs.add(q).read_unaligned());
+            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(*mv, s));
+        }
+        let dx = _mm256_set1_ps(*x.d_t.get_unchecked(b * x.rows + r));
+        acc[i][h] = step8v(acc[i][h], Shape::ScaleMinusMin, d, dmin, dx, isum[i], msum);
+    }
+}
+
+/// Q4_K block `b`, all 16 columns in one sweep over the codes (for one or two rows, whose
+/// sums of both halves fit in registers): each 64-byte line is read once, in order.
+#[allow(clippy::needless_range_loop)] // `h` and `i` index codes, scales and rows together
+#[inline(always)]
+unsafe fn q4k_both<const R: usize>(
+    blk: *const u8,
+    b: usize,
+    x: &QuantAct,
+    r0: usize,
+    rows: &[*const i8; R],
+    acc: &mut Acc,
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let zi = _mm256_setzero_si256();
+    let mut isum = [[zi; 2]; R];
+    for u in 0..8 {
+        let sc = _mm_loadu_si128(blk.add(2048 + 16 * u) as *const __m128i);
+        let sc = [
+            _mm256_cvtepu8_epi32(sc),
+            _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(sc)),
+        ]
+        .map(|s| _mm256_or_si256(s, _mm256_slli_epi32::<16>(s)));
+        let mut a16 = [[zi; 2]; R];
+        for t in 0..4 {
+            let at = 256 * b + 32 * u + 8 * t;
+            for h in 0..2 {
+                let v = _mm256_loadu_si256(blk.add(256 * u + 64 * t + 32 * h) as *const __m256i);
                 let lo = _mm256_and_si256(v, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
                 for i in 0..R {
-                    let s_lo = _mm256_maddubs_epi16(lo, x4(rows[i].add(at + 8 * t)));
-                    let s_hi = _mm256_maddubs_epi16(hi, x4(rows[i].add(at + 8 * t + 4)));
-                    a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(s_lo, s_hi));
+                    let s_lo = _mm256_maddubs_epi16(lo, x4(rows[i].add(at)));
+                    let s_hi = _mm256_maddubs_epi16(hi, x4(rows[i].add(at + 4)));
+                    a16[i][h] = _mm256_add_epi16(a16[i][h], _mm256_add_epi16(s_lo, s_hi));
                 }
             }
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(l.d_at + 16 * h) as *const __m128i));
-            for i in 0..R {
-                let r = r0 + i;
-                let sx = *x.sums.get_unchecked(r * nblk + b) as i32;
-                let isum =
-                    _mm256_sub_epi32(_mm256_madd_epi16(a16[i], ones), _mm256_set1_epi32(8 * sx));
-                let dx = _mm256_set1_ps(*x.d.get_unchecked(r * nblk + b));
-                acc[i][h] = step8v(acc[i][h], Shape::Scale, d, zf, dx, isum, zi);
+        }
+        for i in 0..R {
+            for h in 0..2 {
+                isum[i][h] = _mm256_add_epi32(isum[i][h], _mm256_madd_epi16(a16[i][h], sc[h]));
             }
         }
+    }
+    for h in 0..2 {
+        q4k_tail::<R>(blk, h, b, x, r0, &isum.map(|s| s[h]), acc);
     }
 }
