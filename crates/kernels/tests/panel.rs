@@ -84,7 +84,7 @@ fn panels_equal_the_reference() {
                 let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
                 let p = PackedMatrix::pack(&w).expect("a panel type");
                 let wp = w.with_packed(&p);
-                for (t, rows) in [1usize, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 80]
+                for (t, rows) in [1usize, 2, 3, 4, 5, 6, 7, 15, 16, 17, 31, 33, 64, 65, 80]
                     .into_iter()
                     .enumerate()
                 {
