@@ -20,9 +20,10 @@
 
 use super::lanes8::{prefetch_ahead, step8v};
 use super::panel::{Kind, PackedMatrix, PANEL};
+use super::panel_kernel::Job;
 use super::unpack::Shape;
 use crate::actq::QuantAct;
-use crate::pool::{SharedOut, ThreadPool};
+use crate::pool::ThreadPool;
 use tf_core::DType;
 
 use std::arch::x86_64::*;
@@ -62,44 +63,21 @@ pub(crate) unsafe fn matmul_packed(
     cols: std::ops::Range<usize>,
     out_stride: usize,
 ) {
-    assert!(supports(p) && cols.start.is_multiple_of(PANEL));
-    assert!(cols.end <= p.n && x.k == p.k && x.k.is_multiple_of(32));
-    let dst = SharedOut(out.as_mut_ptr());
-    let base = cols.start;
-    pool.for_ranges(cols.len(), PANEL, &|range| {
-        let first = (base + range.start) / PANEL;
-        let last = (base + range.end).div_ceil(PANEL);
-        let job = Job {
-            p,
-            x,
-            dst: &dst,
-            base,
-            col_end: base + range.end,
-            out_stride,
-        };
+    assert!(supports(p) && x.k.is_multiple_of(32));
+    Job::split(pool, p, x, out, cols, out_stride, &|job, panels| {
         // SAFETY: the caller's contract (CPU features, output size).
-        unsafe { job.run(first..last) };
+        unsafe { job.avx2(panels) }
     });
-}
-
-struct Job<'a> {
-    p: &'a PackedMatrix,
-    x: &'a QuantAct,
-    dst: &'a SharedOut,
-    base: usize,
-    /// End of this thread's columns (none from here on are written).
-    col_end: usize,
-    out_stride: usize,
 }
 
 /// Float accumulators of up to [`ROWS`] rows × 16 columns (two vectors of eight).
 type Acc = [[__m256; 2]; ROWS];
 
 impl Job<'_> {
-    /// The panels, rows in groups of up to [`ROWS`] (a panel's blocks stay in cache from one
+    /// The panels on AVX2, rows in groups of up to [`ROWS`] (a panel's blocks stay in cache from one
     /// group to the next).
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn run(&self, panels: std::ops::Range<usize>) {
+    unsafe fn avx2(&self, panels: std::ops::Range<usize>) {
         let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
         let rows = self.x.rows;
         for panel in panels {
@@ -107,16 +85,16 @@ impl Job<'_> {
             while r0 < rows {
                 let n = (rows - r0).min(ROWS);
                 match n {
-                    1 => self.rows::<1>(panel, r0, &mut acc),
-                    2 => self.rows::<2>(panel, r0, &mut acc),
-                    3 => self.rows::<3>(panel, r0, &mut acc),
-                    4 => self.rows::<4>(panel, r0, &mut acc),
-                    5 => self.rows::<5>(panel, r0, &mut acc),
-                    6 => self.rows::<6>(panel, r0, &mut acc),
-                    7 => self.rows::<7>(panel, r0, &mut acc),
-                    _ => self.rows::<ROWS>(panel, r0, &mut acc),
+                    1 => self.panel_rows::<1>(panel, r0, &mut acc),
+                    2 => self.panel_rows::<2>(panel, r0, &mut acc),
+                    3 => self.panel_rows::<3>(panel, r0, &mut acc),
+                    4 => self.panel_rows::<4>(panel, r0, &mut acc),
+                    5 => self.panel_rows::<5>(panel, r0, &mut acc),
+                    6 => self.panel_rows::<6>(panel, r0, &mut acc),
+                    7 => self.panel_rows::<7>(panel, r0, &mut acc),
+                    _ => self.panel_rows::<ROWS>(panel, r0, &mut acc),
                 }
-                self.store(panel, r0, n, &acc);
+                self.store_rows(panel, r0, n, &acc);
                 r0 += n;
             }
         }
@@ -124,7 +102,7 @@ impl Job<'_> {
 
     /// Writes rows `r0 .. r0 + n` of one panel's accumulators, the columns before `col_end`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn store(&self, panel: usize, r0: usize, n: usize, acc: &Acc) {
+    unsafe fn store_rows(&self, panel: usize, r0: usize, n: usize, acc: &Acc) {
         let c0 = panel * PANEL;
         let width = (self.col_end - c0).min(PANEL);
         for (i, a) in acc.iter().enumerate().take(n) {
@@ -141,7 +119,7 @@ impl Job<'_> {
 
     /// Rows `r0 .. r0 + R` against one panel, block by block, into `acc`.
     #[inline(always)]
-    unsafe fn rows<const R: usize>(&self, panel: usize, r0: usize, acc: &mut Acc) {
+    unsafe fn panel_rows<const R: usize>(&self, panel: usize, r0: usize, acc: &mut Acc) {
         let (p, x) = (self.p, self.x);
         *acc = [[_mm256_setzero_ps(); 2]; ROWS];
         let rows: [*const i8; R] = std::array::from_fn(|i| x.qs.as_ptr().add((r0 + i) * x.k));
@@ -150,12 +128,12 @@ impl Job<'_> {
             let blk = p.block(panel, b);
             prefetch_ahead(blk, p.layout.bytes);
             if q4k && R <= 2 {
-                q4k_both::<R>(blk, b, x, r0, &rows, acc);
+                q4k_sweep::<R, 2>(blk, 0, b, x, r0, &rows, acc);
                 continue;
             }
             for h in 0..2 {
                 if q4k {
-                    q4k_half::<R>(blk, h, b, x, r0, &rows, acc);
+                    q4k_sweep::<R, 1>(blk, h, b, x, r0, &rows, acc);
                 } else {
                     q4_0_half::<R>(p, blk, h, b, x, r0, &rows, acc);
                 }
@@ -211,45 +189,6 @@ unsafe fn q4_0_half<const R: usize>(
     }
 }
 
-/// Q4_K block `b`, columns `8h .. 8h + 8` of the panel block at `blk`, for rows
-/// `r0 .. r0 + R`: isum = Σ_u scale_u · S_u over the eight groups, msum = Σ_u min_u · Σx_u.
-#[inline(always)]
-unsafe fn q4k_half<const R: usize>(
-    blk: *const u8,
-    h: usize,
-    b: usize,
-    x: &QuantAct,
-    r0: usize,
-    rows: &[*const i8; R],
-    acc: &mut Acc,
-) {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let zi = _mm256_setzero_si256();
-    let mut isum = [zi; R];
-    for u in 0..8 {
-        // The group's scales, one per column, in both 16-bit halves of the column's lane.
-        let sc = _mm_loadl_epi64(blk.add(2048 + 16 * u + 8 * h) as *const __m128i);
-        let sc = _mm256_cvtepu8_epi32(sc);
-        let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
-        let mut a16 = [zi; R];
-        for t in 0..4 {
-            let v = _mm256_loadu_si256(blk.add(256 * u + 64 * t + 32 * h) as *const __m256i);
-            let lo = _mm256_and_si256(v, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-            let at = 256 * b + 32 * u + 8 * t;
-            for i in 0..R {
-                let s_lo = _mm256_maddubs_epi16(lo, x4(rows[i].add(at)));
-                let s_hi = _mm256_maddubs_epi16(hi, x4(rows[i].add(at + 4)));
-                a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(s_lo, s_hi));
-            }
-        }
-        for i in 0..R {
-            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(a16[i], sc));
-        }
-    }
-    q4k_tail::<R>(blk, h, b, x, r0, &isum, acc);
-}
-
 /// Q4_K block `b`'s float step for columns `8h .. 8h + 8` and rows `r0 .. r0 + R`, given
 /// their integer sums `isum`: msum = Σ_u min_u · Σx_u from the mins and the rows' 32-value
 /// sums.
@@ -284,12 +223,16 @@ unsafe fn q4k_tail<const R: usize>(
     }
 }
 
-/// Q4_K block `b`, all 16 columns in one sweep over the codes (for one or two rows, whose
-/// sums of both halves fit in registers): each 64-byte line is read once, in order.
+/// Q4_K block `b`, the `H` halves (eight columns each) from `h0` of the panel block at
+/// `blk`, for rows `r0 .. r0 + R`: isum = Σ_u scale_u · S_u over the eight groups, then the
+/// float step. One or two rows take both halves in one sweep (each 64-byte line read once, in
+/// order); more rows one half at a time, which keeps their sums in registers.
 #[allow(clippy::needless_range_loop)] // `h` and `i` index codes, scales and rows together
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn q4k_both<const R: usize>(
+unsafe fn q4k_sweep<const R: usize, const H: usize>(
     blk: *const u8,
+    h0: usize,
     b: usize,
     x: &QuantAct,
     r0: usize,
@@ -298,19 +241,20 @@ unsafe fn q4k_both<const R: usize>(
 ) {
     let m4 = _mm256_set1_epi8(0x0F);
     let zi = _mm256_setzero_si256();
-    let mut isum = [[zi; 2]; R];
+    let mut isum = [[zi; H]; R];
     for u in 0..8 {
-        let sc = _mm_loadu_si128(blk.add(2048 + 16 * u) as *const __m128i);
-        let sc = [
-            _mm256_cvtepu8_epi32(sc),
-            _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(sc)),
-        ]
-        .map(|s| _mm256_or_si256(s, _mm256_slli_epi32::<16>(s)));
-        let mut a16 = [[zi; 2]; R];
+        // The group's scales, one per column, in both 16-bit halves of the column's lane.
+        let sc: [__m256i; H] = std::array::from_fn(|h| {
+            let s = _mm_loadl_epi64(blk.add(2048 + 16 * u + 8 * (h0 + h)) as *const __m128i);
+            let s = _mm256_cvtepu8_epi32(s);
+            _mm256_or_si256(s, _mm256_slli_epi32::<16>(s))
+        });
+        let mut a16 = [[zi; H]; R];
         for t in 0..4 {
             let at = 256 * b + 32 * u + 8 * t;
-            for h in 0..2 {
-                let v = _mm256_loadu_si256(blk.add(256 * u + 64 * t + 32 * h) as *const __m256i);
+            for h in 0..H {
+                let line = blk.add(256 * u + 64 * t + 32 * (h0 + h));
+                let v = _mm256_loadu_si256(line as *const __m256i);
                 let lo = _mm256_and_si256(v, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
                 for i in 0..R {
@@ -321,12 +265,12 @@ unsafe fn q4k_both<const R: usize>(
             }
         }
         for i in 0..R {
-            for h in 0..2 {
+            for h in 0..H {
                 isum[i][h] = _mm256_add_epi32(isum[i][h], _mm256_madd_epi16(a16[i][h], sc[h]));
             }
         }
     }
-    for h in 0..2 {
-        q4k_tail::<R>(blk, h, b, x, r0, &isum.map(|s| s[h]), acc);
+    for h in 0..H {
+        q4k_tail::<R>(blk, h0 + h, b, x, r0, &isum.map(|s| s[h]), acc);
     }
 }

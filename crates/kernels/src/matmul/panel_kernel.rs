@@ -103,24 +103,8 @@ pub(crate) unsafe fn matmul_packed(
     cols: std::ops::Range<usize>,
     out_stride: usize,
 ) {
-    assert!(
-        cols.start.is_multiple_of(PANEL),
-        "panel ranges start on a panel"
-    );
-    assert!(cols.end <= p.n && x.k == p.k);
-    let dst = SharedOut(out.as_mut_ptr());
-    let base = cols.start;
     let tiles = x.rows > vnni_rows() && amx::available();
-    pool.for_ranges(cols.len(), PANEL, &|range| {
-        let panels = (base + range.start) / PANEL..(base + range.end).div_ceil(PANEL);
-        let job = Job {
-            p,
-            x,
-            dst: &dst,
-            base,
-            col_end: base + range.end,
-            out_stride,
-        };
+    Job::split(pool, p, x, out, cols, out_stride, &|job, panels| {
         // SAFETY: the CPU has AVX-512 VNNI (the caller's contract) and, for tiles, AMX.
         unsafe {
             if tiles {
@@ -132,17 +116,53 @@ pub(crate) unsafe fn matmul_packed(
     });
 }
 
-struct Job<'a> {
-    p: &'a PackedMatrix,
-    x: &'a QuantAct,
-    dst: &'a SharedOut,
-    base: usize,
-    /// End of this thread's columns.
-    col_end: usize,
-    out_stride: usize,
+/// One thread's share of a panel matmul (also run by [`super::panel_avx2`]).
+pub(super) struct Job<'a> {
+    pub p: &'a PackedMatrix,
+    pub x: &'a QuantAct,
+    pub dst: &'a SharedOut,
+    pub base: usize,
+    /// End of this thread's columns (none from here on are written).
+    pub col_end: usize,
+    pub out_stride: usize,
 }
 
-impl Job<'_> {
+impl<'a> Job<'a> {
+    /// Splits columns `cols` of `p` (whole panels, from a panel boundary) over the pool and
+    /// runs `run` on each thread's job and panels, writing `out[r * out_stride + (c -
+    /// cols.start)]`.
+    pub(super) fn split(
+        pool: &ThreadPool,
+        p: &'a PackedMatrix,
+        x: &'a QuantAct,
+        out: &mut [f32],
+        cols: std::ops::Range<usize>,
+        out_stride: usize,
+        run: &(dyn Fn(&Job, std::ops::Range<usize>) + Sync),
+    ) {
+        assert!(
+            cols.start.is_multiple_of(PANEL),
+            "panel ranges start on a panel"
+        );
+        assert!(cols.end <= p.n && x.k == p.k);
+        let dst = SharedOut(out.as_mut_ptr());
+        let base = cols.start;
+        pool.for_ranges(cols.len(), PANEL, &|range| {
+            let job = Job {
+                p,
+                x,
+                dst: &dst,
+                base,
+                col_end: base + range.end,
+                out_stride,
+            };
+            run(
+                &job,
+                (base + range.start) / PANEL..(base + range.end).div_ceil(PANEL),
+            );
+        });
+    }
+
     /// The panels through tiles, in passes of rows of one chunk height each.
     unsafe fn tiles(&self, panels: std::ops::Range<usize>) {
         SCRATCH.with(|s| {
