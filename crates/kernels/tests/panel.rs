@@ -4,7 +4,7 @@
 //! thread count; a row alone equals the same row inside any larger call.
 //!
 //! On a CPU without AMX the packed matrix is read by the VNNI panel kernel, or at the AVX2
-//! level by the AVX2 panel kernel (Q4_0) and the other kernels (every other type); the line
+//! level by the AVX2 panel kernel (Q4_0, Q4_K) and the other kernels (every other type); the line
 //! printed says which ran. Every test runs at each SIMD level the CPU has.
 
 mod common;

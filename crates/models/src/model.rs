@@ -111,7 +111,7 @@ impl Model {
 
     /// Makes the panel form of every quantized matrix that has one, for the CPU kernels (done
     /// once; the first CPU forward does it otherwise): every type with a panel form where the
-    /// CPU has AVX-512 VNNI, Q4_0 where it has AVX2 (a requantized draft model); with
+    /// CPU has AVX-512 VNNI, Q4_0 and Q4_K where it has AVX2 (`matmul::packs_at`); with
     /// `TENSORFOLD_PANELS=0`, nothing. The panels hold the same integers, so results
     /// are the same bits either way; only speed changes.
     pub fn prepare_cpu(&self) {
@@ -137,19 +137,11 @@ impl Model {
     fn make_panels(&self, wanted: bool) -> Panels {
         {
             let off = std::env::var("TENSORFOLD_PANELS").is_ok_and(|v| v == "0");
-            let level = self.level;
-            let packs = |d| tf_kernels::matmul::packs_at(level, d);
-            let any = self
-                .weights
-                .layers
-                .iter()
-                .flat_map(|l| l.matrices())
-                .any(|m| packs(m.dtype))
-                || packs(self.weights.output.dtype);
-            if !wanted || off || !any {
+            if !wanted || off {
                 return Panels::none(self.weights.layers.len());
             }
-            let p = Panels::pack_where(&self.weights, packs);
+            let level = self.level;
+            let p = Panels::pack_where(&self.weights, |d| tf_kernels::matmul::packs_at(level, d));
             if let Some(g) = self.gguf() {
                 for m in p.packed_sources(&self.weights) {
                     g.drop_pages(m.data);

@@ -196,11 +196,6 @@ impl Panels {
         }
     }
 
-    /// Packs every matrix, spread over the machine's cores.
-    pub fn pack(w: &Weights) -> Panels {
-        Panels::pack_where(w, |_| true)
-    }
-
     /// Packs the matrices whose type `wanted` accepts, spread over the machine's cores.
     pub fn pack_where(w: &Weights, wanted: impl Fn(DType) -> bool + Sync) -> Panels {
         let mut jobs: Vec<&WeightMatrix> = w.layers.iter().flat_map(|l| l.matrices()).collect();

@@ -187,7 +187,7 @@ fn cols8_kernel(level: SimdLevel, w: &WeightMatrix) -> Option<QCols8> {
 }
 
 /// Whether a matrix of `dtype` is worth packing into panel form ([`PackedMatrix`]) for the
-/// kernels of `level`: every type with a panel form at AVX-512 VNNI, Q4_0 at AVX2.
+/// kernels of `level`: every type with a panel form at AVX-512 VNNI, Q4_0 and Q4_K at AVX2.
 pub fn packs_at(level: SimdLevel, dtype: DType) -> bool {
     match level {
         SimdLevel::Avx512Vnni => panel::Layout::of(dtype).is_some(),
@@ -306,7 +306,7 @@ pub fn matmul_cols(
             return;
         }
         if level == SimdLevel::Avx2
-            && panel_avx2::supports(p)
+            && panel_avx2::packs(p.dtype)
             && cols.start.is_multiple_of(panel::PANEL)
         {
             let xq = x.quant(panel_kernel::act_block(p));

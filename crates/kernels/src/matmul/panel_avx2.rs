@@ -31,29 +31,17 @@ use std::arch::x86_64::*;
 /// Rows that share one unpacking of a panel block.
 const ROWS: usize = 8;
 
-/// Whether matrices of `dtype` have an AVX2 panel kernel (and are worth packing for one).
+/// Whether matrices of `dtype` have an AVX2 panel kernel (and are worth packing for one):
+/// [`matmul_packed`] takes exactly these.
 pub fn packs(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_0 | DType::Q4K)
-}
-
-/// Whether `p` can go through [`matmul_packed`].
-pub(crate) fn supports(p: &PackedMatrix) -> bool {
-    p.layout.kind == Kind::Q4K
-        || matches!(
-            p.layout.kind,
-            Kind::Legacy {
-                five: false,
-                offset: 8,
-                min: false
-            }
-        )
 }
 
 /// Columns `cols` of `p` (a range starting on a panel boundary) for every row of `x` into
 /// `out[r * out_stride + (c - cols.start)]`.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C; `p` must be [`supports`]ed; `out` must hold the rows
+/// The CPU must have AVX2, FMA and F16C; `p`'s type must be one that [`packs`]; `out` must hold the rows
 /// and columns written.
 pub(crate) unsafe fn matmul_packed(
     pool: &ThreadPool,
@@ -63,7 +51,7 @@ pub(crate) unsafe fn matmul_packed(
     cols: std::ops::Range<usize>,
     out_stride: usize,
 ) {
-    assert!(supports(p) && x.k.is_multiple_of(32));
+    assert!(packs(p.dtype) && x.k.is_multiple_of(32));
     Job::split(pool, p, x, out, cols, out_stride, &|job, panels| {
         // SAFETY: the caller's contract (CPU features, output size).
         unsafe { job.avx2(panels) }
@@ -74,8 +62,8 @@ pub(crate) unsafe fn matmul_packed(
 type Acc = [[__m256; 2]; ROWS];
 
 impl Job<'_> {
-    /// The panels on AVX2, rows in groups of up to [`ROWS`] (a panel's blocks stay in cache from one
-    /// group to the next).
+    /// The panels on AVX2, rows in groups of up to [`ROWS`] (a panel's blocks stay in cache
+    /// from one group to the next).
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2(&self, panels: std::ops::Range<usize>) {
         let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
