@@ -203,6 +203,9 @@ fn grouped_heads_equal_one_head_jobs() {
         (12, 12, 40),
         (28, 4, 128),
         (9, 3, 64),
+        (10, 2, 128),
+        (8, 2, 64),
+        (10, 2, 64),
     ] {
         let mut s = setup(2 * KEY_CHUNK + 9, head_dim);
         s.shape.n_heads = n_heads;

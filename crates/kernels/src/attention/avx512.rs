@@ -1,9 +1,12 @@
 //! [`group_body`](super::group_body) with AVX-512, lane for lane: each chunk's keys and values
 //! are located once for all query heads of the KV head and for up to [`ROW_GROUP`] rows of one
-//! sequence (a verify window, a prefill chunk), so the chunk is read from memory once for all of
-//! them; a head's scores for 16 keys are folded together (the canonical fold, transposed: the
-//! same additions on the same operands), their exponentials taken 16 at a time, and the value
-//! sums kept in registers across the chunk.
+//! sequence (a verify window, a prefill chunk). A chunk runs in three passes so that what the
+//! rows and heads share stays in L1: the scores of every (row, head), 16 keys at a time (a
+//! head's 16 dot products folded together: the canonical fold, transposed, the same additions on
+//! the same operands); then per (row, head) the chunk max, the exponentials 16 at a time and
+//! their sum in key order; then the value sums, six heads of a row and four vectors of their
+//! values at a time, each value vector loaded once for the six. Every accumulator sees exactly
+//! the operations of its head alone, in the same order.
 
 use super::{AttnShape, RowKeys, KEY_CHUNK};
 use crate::canon;
@@ -19,6 +22,11 @@ pub(super) fn supports(head_dim: usize) -> bool {
 /// Rows of one sequence that take their chunks' key and value loads together: consecutive
 /// positions (one more key each) read through the same block table, no remapped positions.
 pub(super) const ROW_GROUP: usize = 8;
+
+/// Heads whose value sums run together, over [`VALUE_DIMS`] vectors of each head's values at a
+/// time: 24 accumulators of the 32 registers, and each value vector is loaded once for six heads.
+const VALUE_HEADS: usize = 6;
+const VALUE_DIMS: usize = 4;
 
 /// The attention of the query heads of KV head `kvh` for the rows `keys` (at most
 /// [`ROW_GROUP`], reading the same keys up to their lengths): `q` and `out` hold, per row, the
@@ -77,7 +85,9 @@ unsafe fn rows_heads<const NV: usize>(
     }; super::MAX_GROUP]; ROW_GROUP];
     let mut kp = [std::ptr::null::<f32>(); KEY_CHUNK];
     let mut vp = [std::ptr::null::<f32>(); KEY_CHUNK];
-    let mut e = [0f32; KEY_CHUNK];
+    // Per (row, head): the chunk's scores, then their exponentials.
+    let mut sc = [[0f32; KEY_CHUNK]; ROW_GROUP * super::MAX_GROUP];
+    let mut ls = [0f32; ROW_GROUP * super::MAX_GROUP];
     out.fill(0.0);
     let last_keys = keys[n_rows - 1].n_keys;
     for c0 in (0..last_keys).step_by(KEY_CHUNK) {
@@ -93,72 +103,126 @@ unsafe fn rows_heads<const NV: usize>(
         for p in kp.iter_mut().take(n_max.div_ceil(16) * 16).skip(n_max) {
             *p = any;
         }
-        for (r, row) in keys.iter().enumerate() {
-            if row.n_keys <= c0 {
-                continue;
-            }
-            let n = (row.n_keys - c0).min(KEY_CHUNK);
-            for (g, st) in run[r].iter_mut().enumerate().take(g_n) {
-                let at = (r * g_n + g) * hd;
-                let qg = q.as_ptr().add(at);
-                let mut qv = [_mm512_setzero_ps(); NV];
-                for (j, v) in qv.iter_mut().enumerate() {
-                    *v = _mm512_loadu_ps(qg.add(16 * j));
-                }
-                // Scores of the chunk, 16 keys a vector; lanes past the row's keys are -inf.
-                let mut s = [_mm512_set1_ps(f32::NEG_INFINITY); KEY_CHUNK / 16];
-                for (h, sv) in s.iter_mut().enumerate().take(n.div_ceil(16)) {
-                    let base = 16 * h;
+        // Rows with keys in this chunk (rows are consecutive positions: a suffix of them).
+        let r_in = keys.iter().take_while(|row| row.n_keys <= c0).count();
+        let n_of = |r: usize| (keys[r].n_keys - c0).min(KEY_CHUNK);
+        // Scores of every (row, head), 16 keys at a time for all of them, so that those keys
+        // stay in L1 while every head of every row reads them; lanes past a row's keys are -inf.
+        for h in 0..n_max.div_ceil(16) {
+            let base = 16 * h;
+            let kh: &[*const f32; 16] = kp[base..base + 16].try_into().unwrap();
+            for r in r_in..n_rows {
+                let n = n_of(r);
+                for g in 0..g_n {
+                    let dst = sc[r * g_n + g].as_mut_ptr().add(base);
+                    if base >= n {
+                        _mm512_storeu_ps(dst, _mm512_set1_ps(f32::NEG_INFINITY));
+                        continue;
+                    }
                     let cnt = (n - base).min(16);
-                    let kh: &[*const f32; 16] = kp[base..base + 16].try_into().unwrap();
+                    let qg = q.as_ptr().add((r * g_n + g) * hd);
                     let mut acc = [_mm512_setzero_ps(); 16];
-                    for (j, qj) in qv.iter().enumerate() {
+                    for j in 0..NV {
+                        let qj = _mm512_loadu_ps(qg.add(16 * j));
                         for (a, k) in acc.iter_mut().zip(kh) {
-                            *a = _mm512_fmadd_ps(*qj, _mm512_loadu_ps(k.add(16 * j)), *a);
+                            *a = _mm512_fmadd_ps(qj, _mm512_loadu_ps(k.add(16 * j)), *a);
                         }
                     }
                     let valid: __mmask16 = if cnt == 16 { 0xFFFF } else { (1u16 << cnt) - 1 };
                     let scaled = _mm512_mul_ps(fold16(&acc), _mm512_set1_ps(shape.scale));
-                    *sv = _mm512_mask_blend_ps(valid, *sv, scaled);
+                    let s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), scaled);
+                    _mm512_storeu_ps(dst, s);
                 }
-                let m = _mm512_reduce_max_ps(_mm512_max_ps(s[0], s[1]));
-                // Exponentials (0 past the row's keys), their sum in key order, the value sums.
-                for (h, sv) in s.iter().enumerate() {
-                    let x = canon::x86::exp512(_mm512_sub_ps(*sv, _mm512_set1_ps(m)));
-                    _mm512_storeu_ps(e.as_mut_ptr().add(16 * h), x);
-                }
-                let mut l = 0f32;
-                for &ei in &e[..n] {
-                    l += ei;
-                }
-                let mut oc = [_mm512_setzero_ps(); NV];
-                for i in 0..n {
-                    let eb = _mm512_set1_ps(e[i]);
-                    for (j, o) in oc.iter_mut().enumerate() {
-                        *o = _mm512_fmadd_ps(eb, _mm512_loadu_ps(vp[i].add(16 * j)), *o);
-                    }
-                }
-                // Merge into the head's output, as the portable body does.
-                let o = out.as_mut_ptr().add(at);
-                if c0 == 0 {
-                    st.m = m;
-                    st.l = l;
-                    for (j, c) in oc.iter().enumerate() {
-                        _mm512_storeu_ps(o.add(16 * j), *c);
-                    }
+            }
+        }
+        // Per (row, head): the chunk max, the exponentials (0 past the row's keys) and their sum
+        // in key order.
+        let mut ms = [0f32; ROW_GROUP * super::MAX_GROUP];
+        for r in r_in..n_rows {
+            let n = n_of(r);
+            for g in 0..g_n {
+                let s = &mut sc[r * g_n + g];
+                let (s0, s1) = if n > 16 {
+                    (
+                        _mm512_loadu_ps(s.as_ptr()),
+                        _mm512_loadu_ps(s.as_ptr().add(16)),
+                    )
                 } else {
-                    let nm = st.m.max(m);
-                    let a = canon::exp(st.m - nm);
-                    let b = canon::exp(m - nm);
-                    st.l = st.l * a + l * b;
-                    let (av, bv) = (_mm512_set1_ps(a), _mm512_set1_ps(b));
-                    for (j, c) in oc.iter().enumerate() {
-                        let prev = _mm512_loadu_ps(o.add(16 * j));
-                        let merged = _mm512_add_ps(_mm512_mul_ps(prev, av), _mm512_mul_ps(*c, bv));
-                        _mm512_storeu_ps(o.add(16 * j), merged);
-                    }
-                    st.m = nm;
+                    let s0 = _mm512_loadu_ps(s.as_ptr());
+                    (s0, _mm512_set1_ps(f32::NEG_INFINITY))
+                };
+                let m = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+                let mv = _mm512_set1_ps(m);
+                _mm512_storeu_ps(s.as_mut_ptr(), canon::x86::exp512(_mm512_sub_ps(s0, mv)));
+                if n > 16 {
+                    let x = canon::x86::exp512(_mm512_sub_ps(s1, mv));
+                    _mm512_storeu_ps(s.as_mut_ptr().add(16), x);
                 }
+                ms[r * g_n + g] = m;
+            }
+            // The sums in key order, four heads' chains side by side (entries past the row's
+            // heads are read and dropped).
+            for g0 in (0..g_n).step_by(4) {
+                let at = |b: usize| (r * g_n + g0 + b).min(sc.len() - 1);
+                let e4: [&[f32; KEY_CHUNK]; 4] = std::array::from_fn(|b| &sc[at(b)]);
+                let mut l4 = [0f32; 4];
+                for i in 0..n {
+                    for (l, e) in l4.iter_mut().zip(&e4) {
+                        *l += e[i];
+                    }
+                }
+                for (b, l) in l4.iter().enumerate().take(g_n - g0) {
+                    ls[r * g_n + g0 + b] = *l;
+                }
+            }
+        }
+        // Value sums, a few heads of a row at a time (each value row loaded once for them),
+        // merged into the heads' outputs as the portable body does.
+        for r in r_in..n_rows {
+            let n = n_of(r);
+            let mut g0 = 0;
+            while g0 < g_n {
+                let gb = (g_n - g0).min(VALUE_HEADS);
+                let es: [*const f32; VALUE_HEADS] =
+                    std::array::from_fn(|b| sc[r * g_n + g0 + b.min(gb - 1)].as_ptr());
+                let mut oc = [[_mm512_setzero_ps(); NV]; VALUE_HEADS];
+                for j0 in (0..NV).step_by(VALUE_DIMS) {
+                    match gb {
+                        1 => value_sums::<NV, 1>(n, &vp, &es, j0, &mut oc),
+                        2 => value_sums::<NV, 2>(n, &vp, &es, j0, &mut oc),
+                        3 => value_sums::<NV, 3>(n, &vp, &es, j0, &mut oc),
+                        4 => value_sums::<NV, 4>(n, &vp, &es, j0, &mut oc),
+                        5 => value_sums::<NV, 5>(n, &vp, &es, j0, &mut oc),
+                        _ => value_sums::<NV, 6>(n, &vp, &es, j0, &mut oc),
+                    }
+                }
+                for (b, ob) in oc.iter().enumerate().take(gb) {
+                    let g = g0 + b;
+                    let st = &mut run[r][g];
+                    let (m, l) = (ms[r * g_n + g], ls[r * g_n + g]);
+                    let o = out.as_mut_ptr().add((r * g_n + g) * hd);
+                    if c0 == 0 {
+                        st.m = m;
+                        st.l = l;
+                        for (j, c) in ob.iter().enumerate() {
+                            _mm512_storeu_ps(o.add(16 * j), *c);
+                        }
+                    } else {
+                        let nm = st.m.max(m);
+                        let a = canon::exp(st.m - nm);
+                        let bb = canon::exp(m - nm);
+                        st.l = st.l * a + l * bb;
+                        let (av, bv) = (_mm512_set1_ps(a), _mm512_set1_ps(bb));
+                        for (j, c) in ob.iter().enumerate() {
+                            let prev = _mm512_loadu_ps(o.add(16 * j));
+                            let merged =
+                                _mm512_add_ps(_mm512_mul_ps(prev, av), _mm512_mul_ps(*c, bv));
+                            _mm512_storeu_ps(o.add(16 * j), merged);
+                        }
+                        st.m = nm;
+                    }
+                }
+                g0 += gb;
             }
         }
     }
@@ -173,6 +237,36 @@ unsafe fn rows_heads<const NV: usize>(
                 }
             }
         }
+    }
+}
+
+/// `oc[b][j0..j0 + VALUE_DIMS] = Σ_i e_b[i] · v[i]` over the chunk's first `n` keys, in key
+/// order, for `GB` heads whose exponentials are at `es[b]`: each accumulator sees exactly the
+/// FMAs of its head alone; each value vector is loaded once for all the heads.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn value_sums<const NV: usize, const GB: usize>(
+    n: usize,
+    vp: &[*const f32; KEY_CHUNK],
+    es: &[*const f32; VALUE_HEADS],
+    j0: usize,
+    oc: &mut [[__m512; NV]; VALUE_HEADS],
+) {
+    let mut acc = [[_mm512_setzero_ps(); VALUE_DIMS]; GB];
+    for (i, &row) in vp.iter().enumerate().take(n) {
+        let mut v = [_mm512_setzero_ps(); VALUE_DIMS];
+        for (j, x) in v.iter_mut().enumerate() {
+            *x = _mm512_loadu_ps(row.add(16 * (j0 + j)));
+        }
+        for (b, ab) in acc.iter_mut().enumerate() {
+            let eb = _mm512_set1_ps(*es[b].add(i));
+            for (o, x) in ab.iter_mut().zip(&v) {
+                *o = _mm512_fmadd_ps(eb, *x, *o);
+            }
+        }
+    }
+    for (b, ab) in acc.iter().enumerate() {
+        oc[b][j0..j0 + VALUE_DIMS].copy_from_slice(ab);
     }
 }
 
