@@ -1,5 +1,6 @@
 //! Attention speed by row count: `cargo run --release -p tf-kernels --example attention_bench --
-//! [THREADS] [CONTEXT] [ROWS,...]` (defaults 2, 512, 1,2,4,8,16). The shape is Qwen2.5-1.5B's (12
+//! [THREADS] [CONTEXT] [ROWS,...] [avx2]` (defaults 2, 512, 1,2,4,8,16; `avx2` runs the AVX2 path
+//! on an AVX-512 machine). The shape is Qwen2.5-1.5B's (12
 //! query heads, 2 KV heads of 128) over 28 layers, each with its own keys and values (as in a
 //! forward, the layers' caches do not share a core's L1 or L2); the rows are consecutive
 //! positions of one sequence ending at CONTEXT, as in a verify round. Best of 15 passes, ms per
@@ -21,7 +22,10 @@ fn main() {
         .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
     let pool = ThreadPool::new(threads);
-    let level = tf_kernels::cpu::detect();
+    let level = match args.get(4).map(String::as_str) {
+        Some("avx2") => tf_kernels::SimdLevel::Avx2,
+        _ => tf_kernels::cpu::detect(),
+    };
     let shape = AttnShape {
         n_heads: 12,
         n_kv_heads: 2,
