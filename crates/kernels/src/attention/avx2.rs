@@ -74,15 +74,13 @@ unsafe fn heads_nv<const NV: usize>(
             vp[i] = kv.v[off..off + hd].as_ptr();
         }
         // The next chunk's keys and values, asked for now (its blocks lie anywhere in the cache).
-        let next_n = keys.n_keys.saturating_sub(c0 + KEY_CHUNK).min(KEY_CHUNK);
-        for i in 0..next_n {
-            let off = kv.offset(keys.table, keys.slot(c0 + KEY_CHUNK + i)) + kvh * hd;
-            let (k, v) = (kv.k.as_ptr().add(off), kv.v.as_ptr().add(off));
-            for line in (0..hd).step_by(16) {
-                _mm_prefetch::<_MM_HINT_T1>(k.add(line) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(v.add(line) as *const i8);
-            }
-        }
+        super::prefetch_keys(
+            kv,
+            keys,
+            kvh,
+            hd,
+            c0 + KEY_CHUNK..keys.n_keys.min(c0 + 2 * KEY_CHUNK),
+        );
         // Scores are taken KEYS at a time; the ones past the chunk read its first key and are
         // never used.
         let padded = n.div_ceil(KEYS) * KEYS;

@@ -99,15 +99,13 @@ unsafe fn rows_heads<const NV: usize>(
         }
         // The next chunk's keys and values, asked for now: a chunk's rows lie in blocks anywhere
         // in the cache, which the hardware prefetchers do not follow.
-        let next_n = last_keys.saturating_sub(c0 + KEY_CHUNK).min(KEY_CHUNK);
-        for i in 0..next_n {
-            let off = kv.offset(first.table, first.slot(c0 + KEY_CHUNK + i)) + kvh * hd;
-            let (k, v) = (kv.k.as_ptr().add(off), kv.v.as_ptr().add(off));
-            for line in (0..hd).step_by(16) {
-                _mm_prefetch::<_MM_HINT_T1>(k.add(line) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(v.add(line) as *const i8);
-            }
-        }
+        super::prefetch_keys(
+            kv,
+            first,
+            kvh,
+            hd,
+            c0 + KEY_CHUNK..last_keys.min(c0 + 2 * KEY_CHUNK),
+        );
         // Scores are computed 16 keys at a time; lanes past a row's keys read the chunk's first
         // key (any valid row) and are discarded.
         let any = kp[0];
