@@ -1,10 +1,10 @@
 //! Attention speed by row count: `cargo run --release -p tf-kernels --example attention_bench --
-//! [THREADS] [CONTEXT] [ROWS,...] [avx2]` (defaults 2, 512, 1,2,4,8,16; `avx2` runs the AVX2 path
-//! on an AVX-512 machine). The shape is Qwen2.5-1.5B's (12
-//! query heads, 2 KV heads of 128) over 28 layers, each with its own keys and values (as in a
-//! forward, the layers' caches do not share a core's L1 or L2); the rows are consecutive
-//! positions of one sequence ending at CONTEXT, as in a verify round. Best of 15 passes, ms per
-//! 28-layer pass, and the ratio to one row. Every path gives the same bits whatever the rows.
+//! [THREADS] [CONTEXT] [ROWS,...] [avx2]` (defaults 2, 512, 1,2,4,8,16; `avx2` runs the AVX2
+//! path on an AVX-512 machine). The shape is Qwen2.5-1.5B's (12 query heads, 2 KV heads of 128)
+//! over 28 layers, each with its own keys and values (as in a forward, the layers' caches do not
+//! share a core's L1 or L2); the rows are consecutive positions of one sequence ending at
+//! CONTEXT, as in a verify round. Best of 15 passes, ms per 28-layer pass, and the ratio to the
+//! first row count. Every path gives the same bits whatever the rows.
 
 use std::time::Instant;
 use tf_kernels::attention::{attention, AttnShape, RowKeys};

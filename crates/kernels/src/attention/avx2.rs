@@ -141,12 +141,11 @@ unsafe fn heads_nv<const NV: usize>(
         // The value sums, two heads and 32 values at a time (each value vector loaded once for
         // both heads), in registers across the chunk.
         for g0 in (0..g_n).step_by(2) {
-            let pair = g_n - g0 >= 2;
+            let (e, ab) = (&s[g0..g_n], &ab[g0..g_n]);
             for piece in 0..NV / 2 {
-                if pair {
-                    value_piece::<2>(&vp, n, &s[g0..g0 + 2], &ab[g0..], piece, g0, c0, hd, out);
-                } else {
-                    value_piece::<1>(&vp, n, &s[g0..g0 + 1], &ab[g0..], piece, g0, c0, hd, out);
+                match e.len() {
+                    1 => value_piece::<1>(&vp, n, e, ab, piece, g0, c0, hd, out),
+                    _ => value_piece::<2>(&vp, n, e, ab, piece, g0, c0, hd, out),
                 }
             }
         }

@@ -87,6 +87,8 @@ unsafe fn rows_heads<const NV: usize>(
     let mut vp = [std::ptr::null::<f32>(); KEY_CHUNK];
     // Per (row, head): the chunk's scores, then their exponentials.
     let mut sc = [[0f32; KEY_CHUNK]; ROW_GROUP * super::MAX_GROUP];
+    // Per (row, head): the chunk's max and sum of exponentials.
+    let mut ms = [0f32; ROW_GROUP * super::MAX_GROUP];
     let mut ls = [0f32; ROW_GROUP * super::MAX_GROUP];
     out.fill(0.0);
     let last_keys = keys[n_rows - 1].n_keys;
@@ -146,7 +148,6 @@ unsafe fn rows_heads<const NV: usize>(
         }
         // Per (row, head): the chunk max, the exponentials (0 past the row's keys) and their sum
         // in key order.
-        let mut ms = [0f32; ROW_GROUP * super::MAX_GROUP];
         for r in r_in..n_rows {
             let n = n_of(r);
             for g in 0..g_n {
