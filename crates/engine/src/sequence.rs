@@ -77,6 +77,7 @@ impl Seq {
             params: &self.req.params,
             seed: self.seed,
             table: &self.table,
+            hashes: &self.hashes,
         }
     }
 

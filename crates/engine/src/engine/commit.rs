@@ -76,12 +76,15 @@ impl Engine {
                 }
             }
             // A prompt just prefilled: draft models that may be used catch up now, inside the
-            // prompt's time, instead of in the reply's first round.
+            // prompt's time, instead of in the reply's first round. The first token leaves
+            // after that, so the receipt's time to first token is the client's.
+            let mut sent_at = now;
             if !decoding && s.finished.is_none() && s.req.draft && self.config.drafts {
                 let view = s.view();
                 for m in self.models.iter_mut() {
                     if self.cost.can_ever_pay(0, self.cost.propose_secs(m.name())) {
                         m.prefill(&view);
+                        sent_at = Instant::now();
                     }
                 }
             }
@@ -97,9 +100,9 @@ impl Engine {
                 }
             }
             if s.first_token.is_none() {
-                s.first_token = Some(now);
+                s.first_token = Some(sent_at);
             }
-            s.last_token = Some(now);
+            s.last_token = Some(sent_at);
             if s.events.send(Event::Tokens(kept)).is_err() {
                 s.finished = Some(FinishReason::Cancelled);
             }

@@ -1,15 +1,19 @@
 //! A small draft model with the target's tokenizer. It samples with the target's keyed noise
 //! (same seed, same absolute positions, same parameters), so at temperature > 0 draft and target
 //! draw the same token whenever their distributions are close (coupled drafting). Its KV cache
-//! uses the sequence's block ids and is rolled back with the target's commits.
+//! uses the sequence's block ids and is rolled back with the target's commits. It remembers which
+//! token prefix each of its full blocks holds (by the prefix cache's chain hash), so a sequence
+//! that the target resumes from cached blocks starts with the draft's keys and values of those
+//! blocks too, instead of running the whole prompt through the draft again.
 
 use super::{Proposer, SeqView};
+use crate::blocks::BlockHash;
 use crate::draw::{Ask, RoundOut};
 use crate::runner::{ModelRunner, Runner};
 use crate::sampler::{NoiseKey, Sampler};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tf_core::{SeqId, TokenId};
+use tf_core::{BlockId, SeqId, TokenId};
 use tf_kernels::kv::BLOCK_SIZE;
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
@@ -25,6 +29,10 @@ pub struct DraftModel {
     runner: Box<dyn Runner>,
     /// Positions of each sequence whose draft KV holds committed tokens.
     valid: HashMap<SeqId, usize>,
+    /// Full blocks of the draft's cache known to hold the keys and values of a token prefix:
+    /// block id -> the prefix's chain hash. Set for a sequence's blocks of committed tokens
+    /// once the draft has run them, dropped whenever a forward writes into the block.
+    held: HashMap<BlockId, BlockHash>,
     sampler: Sampler,
     /// The last forward's logits or greedy ids, reused across calls.
     round: RoundOut,
@@ -48,6 +56,7 @@ impl DraftModel {
         DraftModel {
             runner,
             valid: HashMap::new(),
+            held: HashMap::new(),
             sampler: Sampler::new(),
             round: RoundOut::default(),
             guess_secs: None,
@@ -65,11 +74,57 @@ impl DraftModel {
         if n == 0 {
             return 0..0;
         }
-        let from = self.valid.get(&seq.id).copied().unwrap_or(0).min(n - 1);
+        let from = self.known(seq).min(n - 1);
         if n - from > ROUND_ROWS {
             from..n - 1
         } else {
             from..from
+        }
+    }
+}
+
+impl DraftModel {
+    /// Positions of `seq` whose draft keys and values hold its committed tokens: as recorded for
+    /// a sequence the draft has seen, else the leading blocks the draft holds for the same
+    /// prefix (the blocks the target took from its prefix cache, written earlier by the draft
+    /// for another sequence).
+    fn known(&self, seq: &SeqView) -> usize {
+        if let Some(&v) = self.valid.get(&seq.id) {
+            return v;
+        }
+        let blocks = seq
+            .hashes
+            .iter()
+            .zip(seq.table)
+            .take_while(|(h, b)| self.held.get(b) == Some(h))
+            .count();
+        (blocks * BLOCK_SIZE).min(seq.tokens.len())
+    }
+
+    /// Runs `rows` through the draft, first forgetting what the blocks they write held.
+    fn forward(&mut self, rows: &[Row]) -> bool {
+        self.forget(rows);
+        self.runner.forward(rows).is_ok()
+    }
+
+    fn forget(&mut self, rows: &[Row]) {
+        for r in rows {
+            if let Some(b) = r.table.get(r.pos / BLOCK_SIZE) {
+                self.held.remove(b);
+            }
+        }
+    }
+
+    /// Records the blocks of `seq` whose committed tokens the draft's cache now holds.
+    fn remember(&mut self, seq: &SeqView) {
+        let committed = self.known(seq).min(seq.tokens.len());
+        for (h, b) in seq
+            .hashes
+            .iter()
+            .zip(seq.table)
+            .take(committed / BLOCK_SIZE)
+        {
+            self.held.insert(*b, *h);
         }
     }
 }
@@ -97,8 +152,11 @@ impl Proposer for DraftModel {
 
     fn prefill(&mut self, seq: &SeqView) {
         let n = seq.tokens.len();
-        let from = self.valid.get(&seq.id).copied().unwrap_or(0);
+        let from = self.known(seq);
         if n < 2 || from + 1 >= n {
+            if from > 0 && !self.valid.contains_key(&seq.id) {
+                self.valid.insert(seq.id, from.min(n - 1));
+            }
             return;
         }
         // Everything but the last token, which the first proposal feeds (with its logits).
@@ -111,8 +169,9 @@ impl Proposer for DraftModel {
                 tree: None,
             })
             .collect();
-        if self.runner.forward(&rows).is_ok() {
+        if self.forward(&rows) {
             self.valid.insert(seq.id, n - 1);
+            self.remember(seq);
         }
     }
 
@@ -134,7 +193,7 @@ impl Proposer for DraftModel {
         if !catch_up.is_empty() {
             let rows: Vec<Row> = catch_up.map(row).collect();
             let started = std::time::Instant::now();
-            if self.runner.forward(&rows).is_err() {
+            if !self.forward(&rows) {
                 self.guess_secs = None;
                 return Vec::new();
             }
@@ -163,6 +222,7 @@ impl Proposer for DraftModel {
         let mut next = rows;
         let mut one_row = (0usize, 0f64);
         let mut started = std::time::Instant::now();
+        self.forget(&next);
         while let Ok(drawn) = self
             .round
             .forward(self.runner.as_mut(), &next, &ask(n + out.len()))
@@ -189,6 +249,7 @@ impl Proposer for DraftModel {
                 logits: true,
                 tree: None,
             }];
+            self.forget(&next);
         }
         self.guess_secs = (one_row.0 > 0).then(|| one_row.1 / one_row.0 as f64);
         if out.is_empty() {
@@ -196,6 +257,7 @@ impl Proposer for DraftModel {
         }
         // Positions up to n-1 hold committed tokens; the drafts fed back are only guesses.
         self.valid.insert(seq.id, n + out.len() - 1);
+        self.remember(seq);
         out
     }
 

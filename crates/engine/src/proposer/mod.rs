@@ -9,6 +9,7 @@ mod draft_model;
 pub use copies::{copy_source, Copies, COPY_SOURCES};
 pub use draft_model::DraftModel;
 
+use crate::blocks::BlockHash;
 use crate::sampler::SamplingParams;
 use tf_core::{BlockId, SeqId, TokenId};
 
@@ -22,6 +23,9 @@ pub struct SeqView<'a> {
     pub seed: u64,
     /// The sequence's KV block table (a draft model keeps its own cache under the same ids).
     pub table: &'a [BlockId],
+    /// Prefix-cache chain hashes of the table's leading full blocks of committed tokens (as far
+    /// as they are indexed): a block's hash names the whole token prefix up to its end.
+    pub hashes: &'a [BlockHash],
 }
 
 pub trait Proposer: Send {

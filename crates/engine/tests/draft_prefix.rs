@@ -1,0 +1,181 @@
+//! A draft model and the prefix cache (tiny synthetic GGUF models): a sequence that the target
+//! resumes from cached blocks takes the draft model's keys and values of the same blocks instead
+//! of running its whole prompt through the draft again, those keys and values are the ones a
+//! fresh run computes (the target as its own draft is never wrong), and a block the draft has
+//! written since is never taken.
+
+mod common;
+
+use common::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tf_core::TokenId;
+use tf_engine::blocks::BlockHash;
+use tf_engine::proposer::{DraftModel, Proposer, SeqView};
+use tf_engine::runner::{Row, Runner};
+use tf_engine::{EngineError, ModelRunner, SamplingParams};
+use tf_kernels::kv::BLOCK_SIZE;
+use tf_kernels::ThreadPool;
+use tf_models::Model;
+
+/// A runner that counts the rows it runs.
+struct Counting {
+    inner: ModelRunner,
+    rows: Arc<AtomicUsize>,
+}
+
+impl Runner for Counting {
+    fn vocab(&self) -> usize {
+        self.inner.vocab()
+    }
+    fn kv_blocks(&self) -> usize {
+        self.inner.kv_blocks()
+    }
+    fn context_len(&self) -> usize {
+        self.inner.context_len()
+    }
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
+        self.rows.fetch_add(rows.len(), Ordering::Relaxed);
+        self.inner.forward(rows)
+    }
+    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
+        self.inner.copy_slots(table, moves)
+    }
+}
+
+/// A draft model (`model` itself) whose runner counts its rows into `rows`.
+fn counted_draft(
+    model: &Arc<Model>,
+    pool: Arc<ThreadPool>,
+    blocks: usize,
+    rows: &Arc<AtomicUsize>,
+) -> DraftModel {
+    let inner = ModelRunner::new(model.clone(), pool, blocks * BLOCK_SIZE, CONTEXT);
+    DraftModel::with_runner(Box::new(Counting {
+        inner,
+        rows: rows.clone(),
+    }))
+}
+
+/// A turn-by-turn conversation on one engine whose draft model is the target itself: every turn
+/// after the first reuses most of its prompt from the prefix cache, and the draft model runs
+/// little more than the rows the target runs (the uncached prompt and the reply), far fewer
+/// than the prompt; yet it never guesses wrong and every reply equals the fresh serial one.
+#[test]
+fn a_resumed_conversation_takes_the_draft_models_cached_blocks() {
+    let pair = &pairs(CENTRED)[1];
+    let model = &pair.target;
+    let mut checked = 0;
+    for sampled in [false, true] {
+        let rows = Arc::new(AtomicUsize::new(0));
+        let mut b = bench_with(model, 2, drafting(2), KV_POSITIONS, |pool, blocks| {
+            Some(Box::new(counted_draft(model, pool, blocks, &rows)) as Box<dyn Proposer>)
+        });
+        let mut req = request(7100 + u64::from(sampled), sampled, 60, 24);
+        let mut rng = Rng(71);
+        for turn in 0..12 {
+            let before = rows.load(Ordering::Relaxed);
+            let run = run_all(&mut b, vec![(0, req.clone())]).pop().unwrap();
+            let ran = rows.load(Ordering::Relaxed) - before;
+            let what = format!("sampled {sampled} turn {turn}");
+            assert_same(&run, &serial(model, &req), &what);
+            let (d, a) = source(&run.receipt, "draft-model");
+            assert_eq!(a, d, "{what}: a guess of the target itself was rejected");
+            let r = &run.receipt;
+            // The rows the target ran, plus the draft's own per round (the last committed
+            // tokens and its guesses), plus the last blocks of the earlier turn that the draft
+            // had not caught up with when it ended.
+            let bound = (r.prompt_tokens - r.cached_tokens)
+                + 2 * BLOCK_SIZE
+                + r.completion_tokens
+                + r.drafted
+                + 2 * r.rounds;
+            if turn == 0 {
+                assert_eq!(r.cached_tokens, 0, "{what}");
+            } else {
+                assert!(r.cached_tokens >= 48, "{what}: {} cached", r.cached_tokens);
+                assert!(
+                    ran <= bound,
+                    "{what}: the draft model ran {ran} rows for {} prompt tokens ({} cached), \
+                     more than the {bound} past its cached blocks",
+                    r.prompt_tokens,
+                    r.cached_tokens
+                );
+                if r.prompt_tokens > bound {
+                    checked += 1;
+                }
+            }
+            let mut next: Vec<TokenId> = req.prompt.clone();
+            next.extend(&run.tokens);
+            next.extend(prompt(7200 + turn, 10 + rng.below(40)));
+            if next.len() + req.max_tokens + 16 > 500 {
+                break;
+            }
+            req.prompt = next;
+        }
+    }
+    // Turns where running the whole prompt again would have broken the bound.
+    assert!(
+        checked >= 4,
+        "only {checked} turns tell reuse from a full run"
+    );
+}
+
+fn view<'a>(
+    id: u64,
+    tokens: &'a [TokenId],
+    table: &'a [u32],
+    hashes: &'a [BlockHash],
+    params: &'a SamplingParams,
+) -> SeqView<'a> {
+    SeqView {
+        id,
+        tokens,
+        prompt_len: tokens.len() - 1,
+        params,
+        seed: 5,
+        table,
+        hashes,
+    }
+}
+
+/// The draft model's record of its blocks, directly: a sequence naming held blocks under their
+/// hashes starts past them and guesses what a fresh draft guesses; a block written since for
+/// other tokens, or named under another hash, is run again.
+#[test]
+fn the_draft_model_takes_only_blocks_it_still_holds() {
+    let model = &pairs(CENTRED)[0].target;
+    let pool = Arc::new(ThreadPool::new(2));
+    let blocks = 16;
+    let params = SamplingParams::greedy();
+    let a = prompt(8100, 41);
+    let other = prompt(8200, 41);
+    let hashes: Vec<BlockHash> = vec![[1; 32], [2; 32]];
+    let n = a.len();
+    let rows = Arc::new(AtomicUsize::new(0));
+    let mut d = counted_draft(model, pool.clone(), blocks, &rows);
+    d.prefill(&view(1, &a, &[0, 1, 2], &hashes, &params));
+    // The same tokens in blocks 0 and 1, named by their hashes: two blocks taken.
+    let resumed = view(2, &a, &[0, 1, 3], &hashes, &params);
+    assert_eq!(d.behind(&resumed), n - 1 - 2 * BLOCK_SIZE);
+    let guesses = d.propose(&resumed, 4);
+    let mut fresh = counted_draft(model, pool.clone(), blocks, &Arc::new(AtomicUsize::new(0)));
+    let want = fresh.propose(&view(1, &a, &[4, 5, 6], &hashes, &params), 4);
+    assert_eq!(
+        guesses, want,
+        "guesses from the held blocks differ from a fresh run's"
+    );
+    // Block 1 named under another hash: the chain stops at block 0.
+    let misnamed = [hashes[0], [9; 32]];
+    assert_eq!(
+        d.behind(&view(3, &a, &[0, 1, 7], &misnamed, &params)),
+        n - 1 - BLOCK_SIZE
+    );
+    // Another sequence writes block 0: nothing is taken any more.
+    d.prefill(&view(4, &other, &[0, 8, 9], &[], &params));
+    let again = view(5, &a, &[0, 1, 10], &hashes, &params);
+    assert_eq!(d.behind(&again), n - 1);
+    let before = rows.load(Ordering::Relaxed);
+    assert_eq!(d.propose(&again, 4), want);
+    assert_eq!(rows.load(Ordering::Relaxed) - before, n - 1 + 4);
+}
