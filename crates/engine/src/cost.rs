@@ -301,6 +301,20 @@ impl CostModel {
         })
     }
 
+    /// Whether running `rows` rows through `source` (a draft model's prefill of a prompt)
+    /// could be paid back within `tokens` reply tokens even if every guess were accepted: the
+    /// most drafting can save a token against serial decoding (the cheapest window, all of it
+    /// accepted), times the tokens, against the rows' cost (as for a catch-up, not shared over
+    /// rounds). A long prompt with a short reply is served faster without the draft model.
+    pub fn prefill_can_pay(&self, source: &'static str, rows: usize, tokens: usize) -> bool {
+        let per = self.propose_secs(source);
+        let best = (1..=MAX_DRAFT)
+            .map(|k| (self.forward_secs(1 + k) + per * k as f64) / (k + 1) as f64)
+            .fold(f64::INFINITY, f64::min);
+        let saving = (self.forward_secs(1) - best).max(0.0) * tokens as f64;
+        self.catch_up_secs(source, rows) * CATCH_UP_ROUNDS as f64 <= saving
+    }
+
     /// Expected tokens committed by a window with `k` guesses from `source`: the target's own
     /// token plus each guess weighted by the chance that it and all before it are accepted.
     pub fn expected_tokens(&self, source: &'static str, seq: Option<SeqId>, k: usize) -> f64 {
@@ -396,6 +410,25 @@ fn follow_cheap(e: &mut f64, obs: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefill_is_run_only_where_the_reply_could_pay_it_back() {
+        let mut cost = CostModel::from_points(&[(1, 1.0), (4, 1.1), (8, 1.5), (16, 2.8)]);
+        cost.observe_propose("draft-model", 4, 4.0 * 0.25);
+        cost.observe_catch_up("draft-model", 32, 32.0 * 0.08);
+        // 5000 rows cost 400 steps; 8 tokens save at most a few.
+        assert!(!cost.prefill_can_pay("draft-model", 5000, 8));
+        assert!(cost.prefill_can_pay("draft-model", 5000, 2000));
+        // A short prompt pays within a short reply.
+        assert!(cost.prefill_can_pay("draft-model", 100, 64));
+        assert!(!cost.prefill_can_pay("draft-model", 100, 4));
+        // Up to a window's rows are never charged.
+        assert!(cost.prefill_can_pay("draft-model", MAX_DRAFT, 1));
+        // A draft as dear as the target never saves anything.
+        let mut dear = CostModel::from_points(&[(1, 1.0), (16, 1.0)]);
+        dear.observe_propose("draft-model", 1, 1.0);
+        assert!(!dear.prefill_can_pay("draft-model", 100, 1000));
+    }
 
     #[test]
     fn a_catch_up_costs_the_draft_models_rows_shared_over_its_rounds() {

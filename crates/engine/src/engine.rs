@@ -32,6 +32,7 @@ use tf_kernels::kv::BLOCK_SIZE;
 use tf_models::TreeRow;
 use tokio::sync::mpsc::UnboundedSender;
 
+mod calibrate;
 mod commit;
 
 /// Nodes per extra tree branch.
@@ -157,50 +158,6 @@ impl Engine {
     pub fn add_draft_model(&mut self, p: Box<dyn Proposer>) {
         self.cost.set_prior(p.name(), DRAFT_MODEL_PRIOR);
         self.models.push(p);
-    }
-
-    /// Measures the forward cost of 1..=32 rows (a throwaway sequence, its blocks returned).
-    pub fn calibrate(&mut self) -> Result<Vec<(usize, f64)>, EngineError> {
-        let mut table = Vec::new();
-        let grown = self.blocks.grow(&mut table, 32);
-        self.spill_evicted();
-        if !grown {
-            return Err(EngineError::InvalidRequest(
-                "no KV room to calibrate".into(),
-            ));
-        }
-        // Five passes over the row counts, each count's best kept. The passes interleave the
-        // counts, so that a slow minute on a shared machine (another tenant, clocks) slows
-        // every count alike instead of one: what drafting is worth is the ratio of the costs.
-        const COUNTS: [usize; 6] = [1, 2, 4, 8, 16, 32];
-        let mut best = [f64::MAX; COUNTS.len()];
-        for _ in 0..5 {
-            for (i, &rows) in COUNTS.iter().enumerate() {
-                let rs: Vec<Row> = (0..rows)
-                    .map(|p| Row {
-                        token: 0,
-                        pos: p,
-                        table: &table,
-                        logits: true,
-                        tree: None,
-                    })
-                    .collect();
-                let t = Instant::now();
-                self.runner.forward(&rs)?;
-                best[i] = best[i].min(t.elapsed().as_secs_f64());
-            }
-        }
-        let mut points: Vec<(usize, f64)> = Vec::new();
-        for (&rows, &secs) in COUNTS.iter().zip(&best) {
-            // Costs never fall with more rows: a noisy small measurement must not make a wider
-            // window look cheaper than a narrower one.
-            let floor = points.last().map_or(0.0, |p| p.1);
-            points.push((rows, secs.max(floor)));
-        }
-        self.blocks.release(&mut table);
-        self.spill_evicted();
-        self.cost = self.cost.recalibrated(&points);
-        Ok(points)
     }
 
     pub fn vocab(&self) -> usize {
@@ -481,6 +438,9 @@ impl Engine {
         }
         let mut useful_models = Vec::new();
         for (mi, m) in self.models.iter().enumerate() {
+            if s.models_off.contains(&mi) {
+                continue;
+            }
             let per = self.cost.propose_secs(m.name());
             // A draft model that could not pay even with every guess right is not run at all:
             // each use also costs it a catch-up over the tokens committed since its last use.
@@ -504,12 +464,15 @@ impl Engine {
         if probe_round && !matches!(source, Some(Source::Model(_))) {
             // Copies and draft models take turns, so neither keeps the other from being seen.
             let model_turn = (self.round / PROBE_EVERY) % 2 == 1 || copy.is_empty();
-            if model_turn && !self.models.is_empty() {
+            let usable = self.models.len() > s.models_off.len();
+            if model_turn && usable {
                 // Every model takes its turn, also one that looked too dear to pay: its cost
                 // is measured again, in case the last measurement was unlucky.
                 let mut pool = useful_models.clone();
                 if (self.round / PROBE_EVERY / 2) % 4 == 3 || pool.is_empty() {
-                    pool = (0..self.models.len()).collect();
+                    pool = (0..self.models.len())
+                        .filter(|mi| !s.models_off.contains(mi))
+                        .collect();
                 }
                 let pick = pool[self.round / PROBE_EVERY / 2 % pool.len()];
                 (source, k) = (Some(Source::Model(pick)), 1);
@@ -521,7 +484,7 @@ impl Engine {
         if k < forced {
             if copy.len() >= forced {
                 (source, k) = (Some(Source::Copies(copy_name)), forced);
-            } else if !self.models.is_empty() {
+            } else if !self.models.is_empty() && !s.models_off.contains(&0) {
                 (source, k) = (Some(Source::Model(0)), forced);
             } else {
                 (source, k) = (Some(Source::Filler), forced);

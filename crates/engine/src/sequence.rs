@@ -31,6 +31,9 @@ pub(crate) struct Seq {
     pub at_drafted: [usize; crate::cost::MAX_DRAFT],
     pub at_accepted: [usize; crate::cost::MAX_DRAFT],
     pub finished: Option<FinishReason>,
+    /// Draft models (indices into the engine's) not run for this sequence: their prefill of
+    /// the prompt could not pay within the reply's `max_tokens`.
+    pub models_off: Vec<usize>,
 }
 
 impl Seq {
@@ -56,6 +59,7 @@ impl Seq {
             at_drafted: [0; crate::cost::MAX_DRAFT],
             at_accepted: [0; crate::cost::MAX_DRAFT],
             finished: None,
+            models_off: Vec::new(),
             req,
         }
     }

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tf_core::TokenId;
 use tf_engine::blocks::BlockHash;
+use tf_engine::cost::CostModel;
 use tf_engine::proposer::{DraftModel, Proposer, SeqView};
 use tf_engine::runner::{Row, Runner};
 use tf_engine::{EngineError, ModelRunner, SamplingParams};
@@ -178,4 +179,68 @@ fn the_draft_model_takes_only_blocks_it_still_holds() {
     let before = rows.load(Ordering::Relaxed);
     assert_eq!(d.propose(&again, 4), want);
     assert_eq!(rows.load(Ordering::Relaxed) - before, n - 1 + 4);
+}
+
+/// A draft model is prefilled with a prompt only where the reply could pay for it: a long
+/// prompt with room for a long reply runs through it, the same prompt with a two-token reply
+/// does not (and the draft model is not run for that request at all); both replies equal
+/// their serial runs. The costs are set, not measured (a tiny model's timings are mostly
+/// overhead): a guess a quarter of a one-row forward, a catch-up row 0.08 of one.
+#[test]
+fn a_long_prompt_with_a_short_reply_skips_the_draft_model() {
+    let pair = &pairs(CENTRED)[1];
+    let rows = Arc::new(AtomicUsize::new(0));
+    let mut b = bench_with(
+        &pair.target,
+        2,
+        drafting(0),
+        KV_POSITIONS,
+        |pool, blocks| {
+            Some(Box::new(counted_draft(&pair.draft, pool, blocks, &rows)) as Box<dyn Proposer>)
+        },
+    );
+    for (seed, prompt_len, max_tokens, prefilled) in [(9100, 200, 300, true), (9200, 400, 2, false)]
+    {
+        let mut cost = CostModel::from_points(&[(1, 1.0), (4, 1.1), (8, 1.5), (16, 2.8)]);
+        cost.observe_propose("draft-model", 4, 1.0);
+        cost.observe_catch_up("draft-model", 32, 32.0 * 0.08);
+        b.engine.cost = cost;
+        let req = request(seed, false, prompt_len, max_tokens);
+        let before = rows.load(Ordering::Relaxed);
+        let run = run_all(&mut b, vec![(0, req.clone())]).pop().unwrap();
+        let ran = rows.load(Ordering::Relaxed) - before;
+        let what = format!("prompt {prompt_len}, max_tokens {max_tokens}");
+        assert_same(&run, &serial(&pair.target, &req), &what);
+        if prefilled {
+            assert!(
+                ran >= prompt_len - 1,
+                "{what}: the draft model ran only {ran} rows"
+            );
+        } else {
+            assert_eq!(ran, 0, "{what}: the draft model ran {ran} rows");
+            assert_eq!(source(&run.receipt, "draft-model").0, 0, "{what}");
+        }
+    }
+}
+
+/// Calibration measures the draft model too (a guess and a catch-up row), so that the first
+/// request already weighs the draft model's prefill, and gives back every block it used.
+#[test]
+fn calibration_measures_the_draft_model() {
+    let pair = &pairs(CENTRED)[1];
+    let rows = Arc::new(AtomicUsize::new(0));
+    let b = bench_with(
+        &pair.target,
+        2,
+        drafting(0),
+        KV_POSITIONS,
+        |pool, blocks| {
+            Some(Box::new(counted_draft(&pair.draft, pool, blocks, &rows)) as Box<dyn Proposer>)
+        },
+    );
+    assert!(b.engine.cost.propose_secs("draft-model") > 0.0);
+    assert!(!b.engine.cost.prefill_can_pay("draft-model", 100_000, 1));
+    // Two runs of a 32-row prefill and four guesses.
+    assert_eq!(rows.load(Ordering::Relaxed), 2 * (32 + 4));
+    assert_eq!(b.engine.free_blocks(), b.blocks);
 }

@@ -78,15 +78,27 @@ impl Engine {
             // A prompt just prefilled: draft models that may be used catch up now, inside the
             // prompt's time, instead of in the reply's first round. The first token leaves
             // after that, so the receipt's time to first token is the client's.
+            // A model whose prefill could not pay within the reply is not run for it at all.
             let mut sent_at = now;
             if !decoding && s.finished.is_none() && s.req.draft && self.config.drafts {
                 let view = s.view();
-                for m in self.models.iter_mut() {
-                    if self.cost.can_ever_pay(0, self.cost.propose_secs(m.name())) {
+                let left = s
+                    .req
+                    .max_tokens
+                    .saturating_sub(view.tokens.len() - view.prompt_len);
+                let mut off = Vec::new();
+                for (mi, m) in self.models.iter_mut().enumerate() {
+                    if !self.cost.can_ever_pay(0, self.cost.propose_secs(m.name())) {
+                        continue;
+                    }
+                    if self.cost.prefill_can_pay(m.name(), m.behind(&view), left) {
                         m.prefill(&view);
                         sent_at = Instant::now();
+                    } else {
+                        off.push(mi);
                     }
                 }
+                s.models_off = off;
             }
             let chain_accepted = if via_branch.is_none() { accepted } else { 0 };
             if decoding {
