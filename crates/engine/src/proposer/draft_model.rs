@@ -81,9 +81,7 @@ impl DraftModel {
             from..from
         }
     }
-}
 
-impl DraftModel {
     /// Positions of `seq` whose draft keys and values hold its committed tokens: as recorded for
     /// a sequence the draft has seen, else the leading blocks the draft holds for the same
     /// prefix (the blocks the target took from its prefix cache, written earlier by the draft
