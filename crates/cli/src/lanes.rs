@@ -85,7 +85,9 @@ pub fn build(
             (positions, context, max_rows),
             global.draft_keep(),
         )?;
-        engine.add_draft_model(Box::new(DraftModel::with_runner(draft)));
+        engine.add_draft_model(Box::new(
+            DraftModel::with_runner(draft).with_window(global.draft_window),
+        ));
     }
     let calibration = engine.calibrate().context("measuring the forward cost")?;
     Ok(Lanes {

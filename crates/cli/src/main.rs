@@ -86,6 +86,10 @@ pub struct GlobalArgs {
     /// file's. Only speed changes.
     #[arg(long, value_enum, default_value = "q4-0", global = true)]
     pub draft_quant: DraftQuant,
+    /// Tokens of a long prompt the draft model runs: its first block and about its last N
+    /// (the draft guesses from those alone); 0 runs every token. Only speed changes.
+    #[arg(long, value_name = "N", default_value_t = tf_engine::proposer::DEFAULT_WINDOW, global = true)]
+    pub draft_window: usize,
 }
 
 /// What a CPU draft model's weights become at load (`--draft-quant`).

@@ -12,51 +12,10 @@ use std::sync::Arc;
 use tf_core::TokenId;
 use tf_engine::blocks::BlockHash;
 use tf_engine::cost::CostModel;
-use tf_engine::proposer::{DraftModel, Proposer, SeqView};
-use tf_engine::runner::{Row, Runner};
-use tf_engine::{EngineError, ModelRunner, SamplingParams};
+use tf_engine::proposer::Proposer;
+use tf_engine::SamplingParams;
 use tf_kernels::kv::BLOCK_SIZE;
 use tf_kernels::ThreadPool;
-use tf_models::Model;
-
-/// A runner that counts the rows it runs.
-struct Counting {
-    inner: ModelRunner,
-    rows: Arc<AtomicUsize>,
-}
-
-impl Runner for Counting {
-    fn vocab(&self) -> usize {
-        self.inner.vocab()
-    }
-    fn kv_blocks(&self) -> usize {
-        self.inner.kv_blocks()
-    }
-    fn context_len(&self) -> usize {
-        self.inner.context_len()
-    }
-    fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
-        self.rows.fetch_add(rows.len(), Ordering::Relaxed);
-        self.inner.forward(rows)
-    }
-    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
-        self.inner.copy_slots(table, moves)
-    }
-}
-
-/// A draft model (`model` itself) whose runner counts its rows into `rows`.
-fn counted_draft(
-    model: &Arc<Model>,
-    pool: Arc<ThreadPool>,
-    blocks: usize,
-    rows: &Arc<AtomicUsize>,
-) -> DraftModel {
-    let inner = ModelRunner::new(model.clone(), pool, blocks * BLOCK_SIZE, CONTEXT);
-    DraftModel::with_runner(Box::new(Counting {
-        inner,
-        rows: rows.clone(),
-    }))
-}
 
 /// A turn-by-turn conversation on one engine whose draft model is the target itself: every turn
 /// after the first reuses most of its prompt from the prefix cache, and the draft model runs
@@ -122,24 +81,6 @@ fn a_resumed_conversation_takes_the_draft_models_cached_blocks() {
     );
 }
 
-fn view<'a>(
-    id: u64,
-    tokens: &'a [TokenId],
-    table: &'a [u32],
-    hashes: &'a [BlockHash],
-    params: &'a SamplingParams,
-) -> SeqView<'a> {
-    SeqView {
-        id,
-        tokens,
-        prompt_len: tokens.len() - 1,
-        params,
-        seed: 5,
-        table,
-        hashes,
-    }
-}
-
 /// The draft model's record of its blocks, directly: a sequence naming held blocks under their
 /// hashes starts past them and guesses what a fresh draft guesses; a block written since for
 /// other tokens, or named under another hash, is run again.
@@ -155,13 +96,13 @@ fn the_draft_model_takes_only_blocks_it_still_holds() {
     let n = a.len();
     let rows = Arc::new(AtomicUsize::new(0));
     let mut d = counted_draft(model, pool.clone(), blocks, &rows);
-    d.prefill(&view(1, &a, &[0, 1, 2], &hashes, &params));
+    d.prefill(&seq_view(1, &a, &[0, 1, 2], &hashes, &params));
     // The same tokens in blocks 0 and 1, named by their hashes: two blocks taken.
-    let resumed = view(2, &a, &[0, 1, 3], &hashes, &params);
+    let resumed = seq_view(2, &a, &[0, 1, 3], &hashes, &params);
     assert_eq!(d.behind(&resumed), n - 1 - 2 * BLOCK_SIZE);
     let guesses = d.propose(&resumed, 4);
     let mut fresh = counted_draft(model, pool.clone(), blocks, &Arc::new(AtomicUsize::new(0)));
-    let want = fresh.propose(&view(1, &a, &[4, 5, 6], &hashes, &params), 4);
+    let want = fresh.propose(&seq_view(1, &a, &[4, 5, 6], &hashes, &params), 4);
     assert_eq!(
         guesses, want,
         "guesses from the held blocks differ from a fresh run's"
@@ -169,12 +110,12 @@ fn the_draft_model_takes_only_blocks_it_still_holds() {
     // Block 1 named under another hash: the chain stops at block 0.
     let misnamed = [hashes[0], [9; 32]];
     assert_eq!(
-        d.behind(&view(3, &a, &[0, 1, 7], &misnamed, &params)),
+        d.behind(&seq_view(3, &a, &[0, 1, 7], &misnamed, &params)),
         n - 1 - BLOCK_SIZE
     );
     // Another sequence writes block 0: nothing is taken any more.
-    d.prefill(&view(4, &other, &[0, 8, 9], &[], &params));
-    let again = view(5, &a, &[0, 1, 10], &hashes, &params);
+    d.prefill(&seq_view(4, &other, &[0, 8, 9], &[], &params));
+    let again = seq_view(5, &a, &[0, 1, 10], &hashes, &params);
     assert_eq!(d.behind(&again), n - 1);
     let before = rows.load(Ordering::Relaxed);
     assert_eq!(d.propose(&again, 4), want);

@@ -5,6 +5,11 @@
 //! token prefix each of its full blocks holds (by the prefix cache's chain hash), so a sequence
 //! that the target resumes from cached blocks starts with the draft's keys and values of those
 //! blocks too, instead of running the whole prompt through the draft again.
+//!
+//! A long catch-up (a cold prompt of thousands of tokens) runs only a window of the draft:
+//! the sequence's first block and its last [`DEFAULT_WINDOW`] or so tokens, which the draft then
+//! sees as one shorter sequence (positions renumbered, blocks unchanged). Its guesses lose the
+//! far context; the replies lose nothing, since every committed token is the target's draw.
 
 use super::{Proposer, SeqView};
 use crate::blocks::BlockHash;
@@ -24,6 +29,55 @@ use tf_models::{Model, Row};
 /// forward so that it never counts as the cost of a guess.
 const ROUND_ROWS: usize = 2;
 
+/// Tokens of a long catch-up that the draft runs (besides the first block): about the cost of
+/// a couple of seconds on a 2-core CPU, a small part of the target's prefill of the same prompt.
+pub const DEFAULT_WINDOW: usize = 1024;
+
+/// Where a windowed sequence's positions sit in the draft's cache: positions below `keep` as
+/// they are, positions from `start` on straight after them (`keep` and `start` are multiples of
+/// [`BLOCK_SIZE`], `keep < start`; positions in between are never run). A position keeps its
+/// block id and its offset in the block, so the draft's cache needs no blocks of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Window {
+    keep: usize,
+    start: usize,
+}
+
+impl Window {
+    /// The position the draft runs absolute position `p` at (`p < keep` or `p >= start`).
+    fn pos(&self, p: usize) -> usize {
+        if p < self.keep {
+            p
+        } else {
+            p - (self.start - self.keep)
+        }
+    }
+
+    /// The block table the draft sees: the kept blocks, then the window's.
+    fn table(&self, table: &[BlockId]) -> Vec<BlockId> {
+        let keep = (self.keep / BLOCK_SIZE).min(table.len());
+        let start = (self.start / BLOCK_SIZE).min(table.len());
+        table[..keep]
+            .iter()
+            .chain(&table[start..])
+            .copied()
+            .collect()
+    }
+}
+
+/// What a proposal runs before its round's own rows: the positions (in up to two ranges), and
+/// the window the sequence's rows sit in from then on.
+struct CatchUp {
+    ranges: [std::ops::Range<usize>; 2],
+    window: Option<Window>,
+}
+
+impl CatchUp {
+    fn len(&self) -> usize {
+        self.ranges.iter().map(|r| r.len()).sum()
+    }
+}
+
 pub struct DraftModel {
     /// The draft model with a KV cache of as many blocks as the target's.
     runner: Box<dyn Runner>,
@@ -33,6 +87,10 @@ pub struct DraftModel {
     /// block id -> the prefix's chain hash. Set for a sequence's blocks of committed tokens
     /// once the draft has run them, dropped whenever a forward writes into the block.
     held: HashMap<BlockId, BlockHash>,
+    /// Sequences whose draft cache holds a window of their positions.
+    windows: HashMap<SeqId, Window>,
+    /// Tokens a long catch-up runs besides the first block (0: every token).
+    window: usize,
     sampler: Sampler,
     /// The last forward's logits or greedy ids, reused across calls.
     round: RoundOut,
@@ -57,29 +115,105 @@ impl DraftModel {
             runner,
             valid: HashMap::new(),
             held: HashMap::new(),
+            windows: HashMap::new(),
+            window: DEFAULT_WINDOW,
             sampler: Sampler::new(),
             round: RoundOut::default(),
             guess_secs: None,
             catch_up_secs: None,
         }
     }
+
+    /// Tokens a long catch-up runs besides the sequence's first block (0: every token).
+    pub fn with_window(mut self, tokens: usize) -> DraftModel {
+        self.window = tokens;
+        self
+    }
 }
 
 impl DraftModel {
     /// The positions of `seq` that a proposal first runs as a catch-up forward:
     /// from the first one the draft's KV lacks up to the last token, when that is more than
-    /// a round's own rows ([`ROUND_ROWS`]); empty otherwise, starting where the round's rows do.
-    fn catch_up(&self, seq: &SeqView) -> std::ops::Range<usize> {
+    /// a round's own rows ([`ROUND_ROWS`]); none otherwise (an empty range where the round's
+    /// rows start). When that is longer than the
+    /// window, only the first block (unless the draft holds more of the prefix) and the last
+    /// `window` tokens or so, in a new [`Window`].
+    fn catch_up(&self, seq: &SeqView) -> CatchUp {
         let n = seq.tokens.len();
-        if n == 0 {
-            return 0..0;
+        let window = self.windows.get(&seq.id).copied();
+        let from = self.known(seq).min(n.saturating_sub(1));
+        if n - from <= ROUND_ROWS {
+            return CatchUp {
+                ranges: [from..from, 0..0],
+                window,
+            };
         }
-        let from = self.known(seq).min(n - 1);
-        if n - from > ROUND_ROWS {
-            from..n - 1
-        } else {
-            from..from
+        if self.window == 0 || n - 1 - from <= self.window + 2 * BLOCK_SIZE {
+            return CatchUp {
+                ranges: [from..n - 1, 0..0],
+                window,
+            };
         }
+        // The draft keeps what it already holds at its own positions (or else the first
+        // block): a window's start, or the leading full blocks it has run.
+        let keep = match window {
+            Some(w) => w.keep,
+            None => (from / BLOCK_SIZE * BLOCK_SIZE).max(BLOCK_SIZE),
+        };
+        let start = (n - 1 - self.window) / BLOCK_SIZE * BLOCK_SIZE;
+        CatchUp {
+            ranges: [from.min(keep)..keep, start..n - 1],
+            window: Some(Window { keep, start }),
+        }
+    }
+
+    /// The row of absolute position `p` of `seq`, in the draft's `table` (see [`Window`]).
+    fn row<'a>(
+        &self,
+        seq: &SeqView,
+        table: &'a [BlockId],
+        p: usize,
+        token: TokenId,
+        logits: bool,
+    ) -> Row<'a> {
+        let pos = match self.windows.get(&seq.id) {
+            Some(w) => w.pos(p),
+            None => p,
+        };
+        Row {
+            token,
+            pos,
+            table,
+            logits,
+            tree: None,
+        }
+    }
+
+    /// The block table the draft runs `seq` with.
+    fn table(&self, seq: &SeqView) -> Vec<BlockId> {
+        match self.windows.get(&seq.id) {
+            Some(w) => w.table(seq.table),
+            None => seq.table.to_vec(),
+        }
+    }
+
+    /// Runs `seq`'s catch-up (if it has one) and returns its rows, or `None` if the forward
+    /// failed.
+    fn run_catch_up(&mut self, seq: &SeqView, catch_up: &CatchUp) -> Option<usize> {
+        if let Some(w) = catch_up.window {
+            self.windows.insert(seq.id, w);
+        }
+        let table = self.table(seq);
+        let rows: Vec<Row> = catch_up
+            .ranges
+            .iter()
+            .flat_map(|r| r.clone())
+            .map(|p| self.row(seq, &table, p, seq.tokens[p], false))
+            .collect();
+        if rows.is_empty() {
+            return Some(0);
+        }
+        self.forward(&rows).then_some(rows.len())
     }
 
     /// Positions of `seq` whose draft keys and values hold its committed tokens: as recorded for
@@ -115,7 +249,11 @@ impl DraftModel {
 
     /// Records the blocks of `seq` whose committed tokens the draft's cache now holds.
     fn remember(&mut self, seq: &SeqView) {
-        let committed = self.known(seq).min(seq.tokens.len());
+        let mut committed = self.known(seq).min(seq.tokens.len());
+        if let Some(w) = self.windows.get(&seq.id) {
+            // A window's blocks hold keys and values at other positions than a prefix's.
+            committed = committed.min(w.keep);
+        }
         for (h, b) in seq
             .hashes
             .iter()
@@ -158,18 +296,15 @@ impl Proposer for DraftModel {
             return;
         }
         // Everything but the last token, which the first proposal feeds (with its logits).
-        let rows: Vec<Row> = (from..n - 1)
-            .map(|p| Row {
-                token: seq.tokens[p],
-                pos: p,
-                table: seq.table,
-                logits: false,
-                tree: None,
-            })
-            .collect();
-        if self.forward(&rows) {
-            self.valid.insert(seq.id, n - 1);
-            self.remember(seq);
+        let mut catch_up = self.catch_up(seq);
+        if catch_up.len() == 0 {
+            catch_up.ranges[0] = from..n - 1;
+        }
+        if let Some(rows) = self.run_catch_up(seq, &catch_up) {
+            if rows > 0 {
+                self.valid.insert(seq.id, n - 1);
+                self.remember(seq);
+            }
         }
     }
 
@@ -178,28 +313,23 @@ impl Proposer for DraftModel {
         if max == 0 || n == 0 {
             return Vec::new();
         }
-        let row = |p: usize| Row {
-            token: seq.tokens[p],
-            pos: p,
-            table: seq.table,
-            logits: p == n - 1,
-            tree: None,
-        };
         let catch_up = self.catch_up(seq);
-        let mut from = catch_up.start;
+        let mut from = catch_up.ranges[0].start;
         self.catch_up_secs = None;
-        if !catch_up.is_empty() {
-            let rows: Vec<Row> = catch_up.map(row).collect();
+        if catch_up.len() > 0 {
             let started = std::time::Instant::now();
-            if !self.forward(&rows) {
+            let Some(rows) = self.run_catch_up(seq, &catch_up) else {
                 self.guess_secs = None;
                 return Vec::new();
-            }
-            self.catch_up_secs = Some((rows.len(), started.elapsed().as_secs_f64()));
+            };
+            self.catch_up_secs = Some((rows, started.elapsed().as_secs_f64()));
             self.valid.insert(seq.id, n - 1);
             from = n - 1;
         }
-        let rows: Vec<Row> = (from..n).map(row).collect();
+        let table = self.table(seq);
+        let rows: Vec<Row> = (from..n)
+            .map(|p| self.row(seq, &table, p, seq.tokens[p], p == n - 1))
+            .collect();
         // Greedy requests take the draft's tokens as ids, plain temperature ones as picks (on a
         // GPU, only those come back).
         let ask = |position: usize| {
@@ -240,13 +370,7 @@ impl Proposer for DraftModel {
                 break;
             }
             started = std::time::Instant::now();
-            next = vec![Row {
-                token: t,
-                pos: n - 1 + out.len(),
-                table: seq.table,
-                logits: true,
-                tree: None,
-            }];
+            next = vec![self.row(seq, &table, n - 1 + out.len(), t, true)];
             self.forget(&next);
         }
         self.guess_secs = (one_row.0 > 0).then(|| one_row.1 / one_row.0 as f64);
@@ -268,5 +392,6 @@ impl Proposer for DraftModel {
 
     fn release(&mut self, id: SeqId) {
         self.valid.remove(&id);
+        self.windows.remove(&id);
     }
 }

@@ -7,7 +7,7 @@ mod copies;
 mod draft_model;
 
 pub use copies::{copy_source, Copies, COPY_SOURCES};
-pub use draft_model::DraftModel;
+pub use draft_model::{DraftModel, DEFAULT_WINDOW};
 
 use crate::blocks::BlockHash;
 use crate::sampler::SamplingParams;

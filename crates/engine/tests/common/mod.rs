@@ -3,12 +3,14 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tf_core::{DType, SeqId, TokenId};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::{DraftModel, Proposer};
+use tf_engine::runner::Row;
 use tf_engine::{
-    Engine, EngineConfig, Event, ModelRunner, Receipt, Request, Runner, SamplingParams,
+    Engine, EngineConfig, EngineError, Event, ModelRunner, Receipt, Request, Runner, SamplingParams,
 };
 use tf_kernels::ThreadPool;
 use tf_models::synth::{synth_gguf, SynthSpec};
@@ -352,4 +354,67 @@ pub fn source(r: &Receipt, prefix: &str) -> (usize, usize) {
         .iter()
         .filter(|s| s.name.starts_with(prefix))
         .fold((0, 0), |(d, a), s| (d + s.drafted, a + s.accepted))
+}
+
+/// A runner that counts the rows it runs.
+pub struct Counting {
+    inner: ModelRunner,
+    rows: Arc<AtomicUsize>,
+}
+
+impl Runner for Counting {
+    fn vocab(&self) -> usize {
+        self.inner.vocab()
+    }
+    fn kv_blocks(&self) -> usize {
+        self.inner.kv_blocks()
+    }
+    fn context_len(&self) -> usize {
+        self.inner.context_len()
+    }
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
+        self.rows.fetch_add(rows.len(), Ordering::Relaxed);
+        self.inner.forward(rows)
+    }
+    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
+        self.inner.copy_slots(table, moves)
+    }
+}
+
+/// A draft model (`model` itself) whose runner counts its rows into `rows`.
+pub fn counted_draft(
+    model: &Arc<Model>,
+    pool: Arc<ThreadPool>,
+    blocks: usize,
+    rows: &Arc<AtomicUsize>,
+) -> DraftModel {
+    let inner = ModelRunner::new(
+        model.clone(),
+        pool,
+        blocks * tf_kernels::kv::BLOCK_SIZE,
+        CONTEXT,
+    );
+    DraftModel::with_runner(Box::new(Counting {
+        inner,
+        rows: rows.clone(),
+    }))
+}
+
+/// A sequence as a proposer sees it: `tokens` with the last one the prompt's end, seed 5.
+pub fn seq_view<'a>(
+    id: u64,
+    tokens: &'a [TokenId],
+    table: &'a [u32],
+    hashes: &'a [tf_engine::blocks::BlockHash],
+    params: &'a SamplingParams,
+) -> tf_engine::proposer::SeqView<'a> {
+    tf_engine::proposer::SeqView {
+        id,
+        tokens,
+        prompt_len: tokens.len() - 1,
+        params,
+        seed: 5,
+        table,
+        hashes,
+    }
 }
