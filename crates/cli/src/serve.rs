@@ -271,8 +271,12 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     match (&lanes.draft, args.no_drafts) {
         (_, true) => eprintln!("drafts     off (--no-drafts: every request is served serially)"),
         (Some(d), false) => eprintln!(
-            "drafts     on: context copies + draft model {}",
-            d.path().display()
+            "drafts     on: context copies + draft model {}; {}",
+            d.path().display(),
+            match global.draft_window {
+                0 => "it runs every prompt token".to_string(),
+                n => format!("of a long prompt it runs the first block and the last {n} tokens"),
+            }
         ),
         (None, false) => eprintln!("drafts     on: context copies"),
     }
