@@ -16,6 +16,7 @@ use crate::blocks::BlockHash;
 use crate::draw::{Ask, RoundOut};
 use crate::runner::{ModelRunner, Runner};
 use crate::sampler::{NoiseKey, Sampler};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tf_core::{BlockId, SeqId, TokenId};
@@ -78,6 +79,23 @@ impl CatchUp {
     }
 }
 
+/// The draft's row of absolute position `p`, in the `table` of its `window` (see [`Window`]).
+fn row(
+    window: Option<Window>,
+    table: &[BlockId],
+    p: usize,
+    token: TokenId,
+    logits: bool,
+) -> Row<'_> {
+    Row {
+        token,
+        pos: window.map_or(p, |w| w.pos(p)),
+        table,
+        logits,
+        tree: None,
+    }
+}
+
 pub struct DraftModel {
     /// The draft model with a KV cache of as many blocks as the target's.
     runner: Box<dyn Runner>,
@@ -135,9 +153,12 @@ impl DraftModel {
     /// The positions of `seq` that a proposal first runs as a catch-up forward:
     /// from the first one the draft's KV lacks up to the last token, when that is more than
     /// a round's own rows ([`ROUND_ROWS`]); none otherwise (an empty range where the round's
-    /// rows start). When that is longer than the
-    /// window, only the first block (unless the draft holds more of the prefix) and the last
-    /// `window` tokens or so, in a new [`Window`].
+    /// rows start). When that is longer than the window, only the first block (unless the
+    /// draft holds more of the prefix) and the last `window` tokens or so, in a new [`Window`].
+    ///
+    /// A window's blocks may be shared with another sequence through the prefix cache (those
+    /// the draft does not hold for this one); rewriting them at this window's positions can
+    /// only make that sequence's guesses worse, never a committed token different.
     fn catch_up(&self, seq: &SeqView) -> CatchUp {
         let n = seq.tokens.len();
         let window = self.windows.get(&seq.id).copied();
@@ -167,33 +188,11 @@ impl DraftModel {
         }
     }
 
-    /// The row of absolute position `p` of `seq`, in the draft's `table` (see [`Window`]).
-    fn row<'a>(
-        &self,
-        seq: &SeqView,
-        table: &'a [BlockId],
-        p: usize,
-        token: TokenId,
-        logits: bool,
-    ) -> Row<'a> {
-        let pos = match self.windows.get(&seq.id) {
-            Some(w) => w.pos(p),
-            None => p,
-        };
-        Row {
-            token,
-            pos,
-            table,
-            logits,
-            tree: None,
-        }
-    }
-
-    /// The block table the draft runs `seq` with.
-    fn table(&self, seq: &SeqView) -> Vec<BlockId> {
+    /// How the draft runs `seq`: its window, if it has one, and the block table it sees.
+    fn layout<'a>(&self, seq: &SeqView<'a>) -> (Option<Window>, Cow<'a, [BlockId]>) {
         match self.windows.get(&seq.id) {
-            Some(w) => w.table(seq.table),
-            None => seq.table.to_vec(),
+            Some(w) => (Some(*w), Cow::Owned(w.table(seq.table))),
+            None => (None, Cow::Borrowed(seq.table)),
         }
     }
 
@@ -203,12 +202,12 @@ impl DraftModel {
         if let Some(w) = catch_up.window {
             self.windows.insert(seq.id, w);
         }
-        let table = self.table(seq);
+        let (window, table) = self.layout(seq);
         let rows: Vec<Row> = catch_up
             .ranges
             .iter()
             .flat_map(|r| r.clone())
-            .map(|p| self.row(seq, &table, p, seq.tokens[p], false))
+            .map(|p| row(window, &table, p, seq.tokens[p], false))
             .collect();
         if rows.is_empty() {
             return Some(0);
@@ -326,9 +325,9 @@ impl Proposer for DraftModel {
             self.valid.insert(seq.id, n - 1);
             from = n - 1;
         }
-        let table = self.table(seq);
+        let (window, table) = self.layout(seq);
         let rows: Vec<Row> = (from..n)
-            .map(|p| self.row(seq, &table, p, seq.tokens[p], p == n - 1))
+            .map(|p| row(window, &table, p, seq.tokens[p], p == n - 1))
             .collect();
         // Greedy requests take the draft's tokens as ids, plain temperature ones as picks (on a
         // GPU, only those come back).
@@ -370,7 +369,7 @@ impl Proposer for DraftModel {
                 break;
             }
             started = std::time::Instant::now();
-            next = vec![self.row(seq, &table, n - 1 + out.len(), t, true)];
+            next = vec![row(window, &table, n - 1 + out.len(), t, true)];
             self.forget(&next);
         }
         self.guess_secs = (one_row.0 > 0).then(|| one_row.1 / one_row.0 as f64);
