@@ -219,6 +219,19 @@ impl CostModel {
         secs / CATCH_UP_ROUNDS as f64
     }
 
+    /// Rows of `source`'s catch-up that cost about what a target forward of `rows` rows costs
+    /// (at least `rows`; every row when nothing is known of its cost): how much of a long
+    /// prompt a draft model runs in one step.
+    pub fn catch_up_rows_like(&self, source: &'static str, rows: usize) -> usize {
+        const MANY: usize = 1 << 16;
+        let per_row = self.catch_up_secs(source, MANY) * CATCH_UP_ROUNDS as f64 / MANY as f64;
+        if per_row > 0.0 {
+            ((self.forward_secs(rows) / per_row) as usize).max(rows)
+        } else {
+            usize::MAX
+        }
+    }
+
     /// A window of `drafted` guesses from `source` (for sequence `seq`) had its first
     /// `accepted` accepted.
     pub fn observe_accept(
@@ -302,14 +315,17 @@ impl CostModel {
     }
 
     /// Whether running `rows` rows through `source` (a draft model's prefill of a prompt)
-    /// could be paid back within `tokens` reply tokens even if every guess were accepted: the
-    /// most drafting can save a token against serial decoding (the cheapest window, all of it
-    /// accepted), times the tokens, against the rows' cost (as for a catch-up, not shared over
-    /// rounds). A long prompt with a short reply is served faster without the draft model.
+    /// could be paid back within `tokens` reply tokens: what drafting is expected to save a
+    /// token against serial decoding (the best window, its guesses accepted at the source's
+    /// rate over all sequences so far), times the tokens, against the rows' cost (as for a
+    /// catch-up, not shared over rounds). A long prompt with a short reply is served faster
+    /// without the draft model.
     pub fn prefill_can_pay(&self, source: &'static str, rows: usize, tokens: usize) -> bool {
         let per = self.propose_secs(source);
         let best = (1..=MAX_DRAFT)
-            .map(|k| (self.forward_secs(1 + k) + per * k as f64) / (k + 1) as f64)
+            .map(|k| {
+                (self.forward_secs(1 + k) + per * k as f64) / self.expected_tokens(source, None, k)
+            })
             .fold(f64::INFINITY, f64::min);
         let saving = (self.forward_secs(1) - best).max(0.0) * tokens as f64;
         self.catch_up_secs(source, rows) * CATCH_UP_ROUNDS as f64 <= saving
@@ -418,7 +434,15 @@ mod tests {
         cost.observe_catch_up("draft-model", 32, 32.0 * 0.08);
         // 5000 rows cost 400 steps; 8 tokens save at most a few.
         assert!(!cost.prefill_can_pay("draft-model", 5000, 8));
-        assert!(cost.prefill_can_pay("draft-model", 5000, 2000));
+        assert!(cost.prefill_can_pay("draft-model", 5000, 4000));
+        // Guesses accepted at half the time (the prior) save about 0.15 of a step a token,
+        // not the 0.4 that every guess accepted would: 2000 tokens do not pay 400 steps.
+        assert!(!cost.prefill_can_pay("draft-model", 5000, 2000));
+        let mut good = CostModel::from_points(&[(1, 1.0), (4, 1.1), (8, 1.5), (16, 2.8)]);
+        good.observe_propose("draft-model", 4, 4.0 * 0.25);
+        good.observe_catch_up("draft-model", 32, 32.0 * 0.08);
+        good.set_prior("draft-model", 0.9);
+        assert!(good.prefill_can_pay("draft-model", 5000, 2000));
         // A short prompt pays within a short reply.
         assert!(cost.prefill_can_pay("draft-model", 100, 64));
         assert!(!cost.prefill_can_pay("draft-model", 100, 4));

@@ -338,6 +338,7 @@ impl Engine {
         self.commit(&plans, verdicts);
         self.index_blocks();
         self.reap();
+        self.catch_up_models();
         Ok(true)
     }
 
@@ -438,7 +439,7 @@ impl Engine {
         }
         let mut useful_models = Vec::new();
         for (mi, m) in self.models.iter().enumerate() {
-            if s.models_off.contains(&mi) {
+            if !s.model_on(mi) {
                 continue;
             }
             let per = self.cost.propose_secs(m.name());
@@ -464,14 +465,14 @@ impl Engine {
         if probe_round && !matches!(source, Some(Source::Model(_))) {
             // Copies and draft models take turns, so neither keeps the other from being seen.
             let model_turn = (self.round / PROBE_EVERY) % 2 == 1 || copy.is_empty();
-            let usable = self.models.len() > s.models_off.len();
+            let usable = (0..self.models.len()).any(|mi| s.model_on(mi));
             if model_turn && usable {
                 // Every model takes its turn, also one that looked too dear to pay: its cost
                 // is measured again, in case the last measurement was unlucky.
                 let mut pool = useful_models.clone();
                 if (self.round / PROBE_EVERY / 2) % 4 == 3 || pool.is_empty() {
                     pool = (0..self.models.len())
-                        .filter(|mi| !s.models_off.contains(mi))
+                        .filter(|&mi| s.model_on(mi))
                         .collect();
                 }
                 let pick = pool[self.round / PROBE_EVERY / 2 % pool.len()];
@@ -484,7 +485,7 @@ impl Engine {
         if k < forced {
             if copy.len() >= forced {
                 (source, k) = (Some(Source::Copies(copy_name)), forced);
-            } else if !self.models.is_empty() && !s.models_off.contains(&0) {
+            } else if !self.models.is_empty() && s.model_on(0) {
                 (source, k) = (Some(Source::Model(0)), forced);
             } else {
                 (source, k) = (Some(Source::Filler), forced);

@@ -34,6 +34,9 @@ pub(crate) struct Seq {
     /// Draft models (indices into the engine's) not run for this sequence: their prefill of
     /// the prompt could not pay within the reply's `max_tokens`.
     pub models_off: Vec<usize>,
+    /// Draft models still running this sequence's prompt, a part each step (a catch-up
+    /// longer than a step's worth); they propose nothing for it until done.
+    pub models_behind: Vec<usize>,
 }
 
 impl Seq {
@@ -60,8 +63,14 @@ impl Seq {
             at_accepted: [0; crate::cost::MAX_DRAFT],
             finished: None,
             models_off: Vec::new(),
+            models_behind: Vec::new(),
             req,
         }
+    }
+
+    /// Whether draft model `mi` may propose for this sequence.
+    pub fn model_on(&self, mi: usize) -> bool {
+        !self.models_off.contains(&mi) && !self.models_behind.contains(&mi)
     }
 
     pub fn prompt_len(&self) -> usize {

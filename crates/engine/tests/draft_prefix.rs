@@ -96,7 +96,7 @@ fn the_draft_model_takes_only_blocks_it_still_holds() {
     let n = a.len();
     let rows = Arc::new(AtomicUsize::new(0));
     let mut d = counted_draft(model, pool.clone(), blocks, &rows);
-    d.prefill(&seq_view(1, &a, &[0, 1, 2], &hashes, &params));
+    d.prefill(&seq_view(1, &a, &[0, 1, 2], &hashes, &params), usize::MAX);
     // The same tokens in blocks 0 and 1, named by their hashes: two blocks taken.
     let resumed = seq_view(2, &a, &[0, 1, 3], &hashes, &params);
     assert_eq!(d.behind(&resumed), n - 1 - 2 * BLOCK_SIZE);
@@ -114,7 +114,7 @@ fn the_draft_model_takes_only_blocks_it_still_holds() {
         n - 1 - BLOCK_SIZE
     );
     // Another sequence writes block 0: nothing is taken any more.
-    d.prefill(&seq_view(4, &other, &[0, 8, 9], &[], &params));
+    d.prefill(&seq_view(4, &other, &[0, 8, 9], &[], &params), usize::MAX);
     let again = seq_view(5, &a, &[0, 1, 10], &hashes, &params);
     assert_eq!(d.behind(&again), n - 1);
     let before = rows.load(Ordering::Relaxed);

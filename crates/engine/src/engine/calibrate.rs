@@ -80,7 +80,7 @@ impl Engine {
             let (mut row, mut guess) = (f64::MAX, f64::MAX);
             for _ in 0..2 {
                 let t = Instant::now();
-                m.prefill(&view);
+                m.prefill(&view, usize::MAX);
                 row = row.min(t.elapsed().as_secs_f64() / DRAFT_ROWS as f64);
                 let t = Instant::now();
                 let n = m.propose(&view, DRAFT_GUESSES).len();

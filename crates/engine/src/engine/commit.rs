@@ -1,6 +1,7 @@
 //! The second half of an engine step: draw and accept every window from the round's output
 //! (`draw.rs`), then commit and emit the verdicts — tokens appended, stops checked, the KV length
-//! moved, proposers and the cost model told, the tokens sent.
+//! moved, proposers and the cost model told, the tokens sent — and, after the step, the next part
+//! of a draft model's catch-up with a long prompt.
 
 use super::{Engine, Plan};
 use crate::cost::MAX_DRAFT;
@@ -77,8 +78,10 @@ impl Engine {
             }
             // A prompt just prefilled: draft models that may be used catch up now, inside the
             // prompt's time, instead of in the reply's first round. The first token leaves
-            // after that, so the receipt's time to first token is the client's.
-            // A model whose prefill could not pay within the reply is not run for it at all.
+            // after that, so the receipt's time to first token is the client's. A catch-up
+            // dearer than a step's forward runs in parts after the first token instead
+            // (`catch_up_models`). A model whose prefill could not pay within the reply is not
+            // run for it at all.
             let mut sent_at = now;
             if !decoding && s.finished.is_none() && s.req.draft && self.config.drafts {
                 let view = s.view();
@@ -86,19 +89,26 @@ impl Engine {
                     .req
                     .max_tokens
                     .saturating_sub(view.tokens.len() - view.prompt_len);
-                let mut off = Vec::new();
+                let (mut off, mut behind) = (Vec::new(), Vec::new());
                 for (mi, m) in self.models.iter_mut().enumerate() {
                     if !self.cost.can_ever_pay(0, self.cost.propose_secs(m.name())) {
                         continue;
                     }
-                    if self.cost.prefill_can_pay(m.name(), m.behind(&view), left) {
-                        m.prefill(&view);
-                        sent_at = Instant::now();
-                    } else {
+                    let rows = m.behind(&view);
+                    let step = self
+                        .cost
+                        .catch_up_rows_like(m.name(), self.config.max_step_rows);
+                    if !self.cost.prefill_can_pay(m.name(), rows, left) {
                         off.push(mi);
+                    } else if rows > step {
+                        behind.push(mi);
+                    } else {
+                        m.prefill(&view, usize::MAX);
+                        sent_at = Instant::now();
                     }
                 }
                 s.models_off = off;
+                s.models_behind = behind;
             }
             let chain_accepted = if via_branch.is_none() { accepted } else { 0 };
             if decoding {
@@ -133,5 +143,30 @@ impl Engine {
                 m.commit(id, committed);
             }
         }
+    }
+
+    /// Draft models still behind a long prompt run their next part of it: for one sequence a
+    /// step, as many rows as cost about a step's target forward, so that other sequences'
+    /// tokens wait about one step more, not the whole catch-up at once.
+    pub(super) fn catch_up_models(&mut self) {
+        let Some(s) = self
+            .running
+            .iter_mut()
+            .find(|s| !s.models_behind.is_empty())
+        else {
+            return;
+        };
+        let view = s.view();
+        let mut done = Vec::new();
+        for &mi in &s.models_behind {
+            let m = &mut self.models[mi];
+            let rows = self
+                .cost
+                .catch_up_rows_like(m.name(), self.config.max_step_rows);
+            if m.prefill(&view, rows).1 == 0 {
+                done.push(mi);
+            }
+        }
+        s.models_behind.retain(|mi| !done.contains(mi));
     }
 }

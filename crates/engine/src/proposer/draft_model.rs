@@ -169,7 +169,10 @@ impl DraftModel {
                 window,
             };
         }
-        if self.window == 0 || n - 1 - from <= self.window + 2 * BLOCK_SIZE {
+        // A window whose catch-up ran only in part (a prefill in parts) goes on as a window:
+        // the positions between its kept blocks and its start are never run.
+        let unfinished = window.is_some_and(|w| from < w.start);
+        if !unfinished && (self.window == 0 || n - 1 - from <= self.window + 2 * BLOCK_SIZE) {
             return CatchUp {
                 ranges: [from..n - 1, 0..0],
                 window,
@@ -285,25 +288,41 @@ impl Proposer for DraftModel {
         self.catch_up(seq).len()
     }
 
-    fn prefill(&mut self, seq: &SeqView) {
+    fn prefill(&mut self, seq: &SeqView, max_rows: usize) -> (usize, usize) {
         let n = seq.tokens.len();
         let from = self.known(seq);
         if n < 2 || from + 1 >= n {
             if from > 0 && !self.valid.contains_key(&seq.id) {
                 self.valid.insert(seq.id, from.min(n - 1));
             }
-            return;
+            return (0, 0);
         }
         // Everything but the last token, which the first proposal feeds (with its logits).
         let mut catch_up = self.catch_up(seq);
         if catch_up.len() == 0 {
             catch_up.ranges[0] = from..n - 1;
         }
-        if let Some(rows) = self.run_catch_up(seq, &catch_up) {
-            if rows > 0 {
-                self.valid.insert(seq.id, n - 1);
+        let total = catch_up.len();
+        let mut room = max_rows;
+        for r in &mut catch_up.ranges {
+            r.end = r.start + r.len().min(room);
+            room -= r.len();
+        }
+        let reached = catch_up
+            .ranges
+            .iter()
+            .rev()
+            .find(|r| !r.is_empty())
+            .map(|r| r.end);
+        match (self.run_catch_up(seq, &catch_up), reached) {
+            (Some(rows), Some(reached)) => {
+                self.valid.insert(seq.id, reached);
                 self.remember(seq);
+                (rows, total - rows)
             }
+            (Some(_), None) => (0, total),
+            // A failed forward: the first proposal catches up instead.
+            (None, _) => (0, 0),
         }
     }
 

@@ -57,6 +57,10 @@ pub trait Proposer: Send {
         0
     }
     /// The sequence's prompt is prefilled: a proposer that keeps state per sequence may catch
-    /// up now, inside the prompt's time, rather than in its first round.
-    fn prefill(&mut self, _seq: &SeqView) {}
+    /// up now rather than in its first round. It runs at most `max_rows` rows and returns the
+    /// rows it ran and those still to run (the engine calls again between steps until none
+    /// are; a proposer that gives up returns none left).
+    fn prefill(&mut self, _seq: &SeqView, _max_rows: usize) -> (usize, usize) {
+        (0, 0)
+    }
 }

@@ -356,10 +356,11 @@ pub fn source(r: &Receipt, prefix: &str) -> (usize, usize) {
         .fold((0, 0), |(d, a), s| (d + s.drafted, a + s.accepted))
 }
 
-/// A runner that counts the rows it runs.
+/// A runner that counts the rows it runs, and keeps its largest forward's rows.
 pub struct Counting {
     inner: ModelRunner,
     rows: Arc<AtomicUsize>,
+    largest: Arc<AtomicUsize>,
 }
 
 impl Runner for Counting {
@@ -374,6 +375,7 @@ impl Runner for Counting {
     }
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
         self.rows.fetch_add(rows.len(), Ordering::Relaxed);
+        self.largest.fetch_max(rows.len(), Ordering::Relaxed);
         self.inner.forward(rows)
     }
     fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
@@ -388,6 +390,17 @@ pub fn counted_draft(
     blocks: usize,
     rows: &Arc<AtomicUsize>,
 ) -> DraftModel {
+    counted_draft_largest(model, pool, blocks, rows, &Arc::new(AtomicUsize::new(0)))
+}
+
+/// Like [`counted_draft`], also keeping its largest forward's rows in `largest`.
+pub fn counted_draft_largest(
+    model: &Arc<Model>,
+    pool: Arc<ThreadPool>,
+    blocks: usize,
+    rows: &Arc<AtomicUsize>,
+    largest: &Arc<AtomicUsize>,
+) -> DraftModel {
     let inner = ModelRunner::new(
         model.clone(),
         pool,
@@ -397,6 +410,7 @@ pub fn counted_draft(
     DraftModel::with_runner(Box::new(Counting {
         inner,
         rows: rows.clone(),
+        largest: largest.clone(),
     }))
 }
 
