@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tf_core::{SeqId, TokenId};
 use tf_engine::cost::CostModel;
 use tf_engine::fake::FakeRunner;
-use tf_engine::proposer::{Proposer, SeqView};
+use tf_engine::proposer::{Copies, Proposer, SeqView};
 use tf_engine::runner::Row;
 use tf_engine::{
     greedy_token, Engine, EngineConfig, EngineError, Event, NoiseKey, Pick, Receipt, Request,
@@ -663,4 +663,86 @@ fn a_dear_looking_draft_model_is_probed_while_copies_win() {
         "the draft model earned its way back: {:?}",
         run.receipt.sources
     );
+}
+
+/// A draft model that is far behind once the reply has started: each use would first catch up
+/// over 1,000 tokens.
+/// It keeps the tokens of every sequence it was asked to guess for while behind.
+struct FarBehind {
+    inner: Timed,
+    asked: Arc<Mutex<Vec<Vec<TokenId>>>>,
+}
+
+impl Proposer for FarBehind {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
+        if self.behind(seq) > 0 {
+            self.asked.lock().unwrap().push(seq.tokens.to_vec());
+        }
+        self.inner.propose(seq, max)
+    }
+    fn costs_forward(&self) -> bool {
+        true
+    }
+    fn last_guess_secs(&self) -> Option<f64> {
+        self.inner.last_guess_secs()
+    }
+    fn behind(&self, seq: &SeqView) -> usize {
+        // Up to date with the prompt (so that it is not left out of the request).
+        if seq.tokens.len() > seq.prompt_len + 1 {
+            1000
+        } else {
+            0
+        }
+    }
+}
+
+/// A draft model whose catch-up would cost many steps (copies committed the tokens it has not
+/// seen, as in an edit) is not probed in place of a round that copies took: every round it is
+/// asked for is one where the context offered no copy. Copies still draft; the reply stays
+/// serial's.
+#[test]
+fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
+    // Greedy, the next token hanging on the last one only: the reply soon runs in a cycle,
+    // which copies guess right every round.
+    let mut req = request(41, false, 600);
+    req.stop_tokens.clear();
+    let want = solo_short(serial_config(), req.clone(), 1);
+    let replies: HashMap<Vec<TokenId>, Vec<TokenId>> =
+        std::iter::once((req.prompt.clone(), want.tokens.clone())).collect();
+    let mut cost = CostModel::flat();
+    // A catch-up row costs as much as a step.
+    cost.observe_catch_up("prophet", 1, 1.0);
+    let mut fake = FakeRunner::new(VOCAB, BLOCKS);
+    fake.context = 1;
+    let mut e = Engine::new(Box::new(fake), EngineConfig::default(), cost);
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    e.add_draft_model(Box::new(FarBehind {
+        inner: Timed(Prophet {
+            replies,
+            right: 16,
+            rng: Rng(4),
+        }),
+        asked: asked.clone(),
+    }));
+    let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+    assert_eq!(run.tokens, want.tokens, "drafted == serial");
+    let copies: usize = run
+        .receipt
+        .sources
+        .iter()
+        .filter(|s| s.name.starts_with("copies"))
+        .map(|s| s.drafted)
+        .sum();
+    assert!(copies > 0, "copies proposed: {:?}", run.receipt.sources);
+    let lookup = Copies::default();
+    for tokens in asked.lock().unwrap().iter() {
+        assert!(
+            lookup.lookup(tokens, 1).is_empty(),
+            "the draft model was probed at {} tokens, where copies had a guess",
+            tokens.len()
+        );
+    }
 }
