@@ -620,23 +620,44 @@ impl Proposer for Timed {
     }
 }
 
+/// A 600-token request (no stop tokens) to an engine whose next token hangs on the last one
+/// only, its serial run, and its reply by prompt for a [`Prophet`].
+fn copying_reply(seed: u64, sampled: bool) -> (Request, Run, HashMap<Vec<TokenId>, Vec<TokenId>>) {
+    let mut req = request(seed, sampled, 600);
+    req.stop_tokens.clear();
+    let want = solo_short(serial_config(), req.clone(), 1);
+    let replies = std::iter::once((req.prompt.clone(), want.tokens.clone())).collect();
+    (req, want, replies)
+}
+
+/// An engine over a fake target whose next token hangs on the last one only.
+fn copying_engine(cost: CostModel) -> Engine {
+    let mut fake = FakeRunner::new(VOCAB, BLOCKS);
+    fake.context = 1;
+    Engine::new(Box::new(fake), EngineConfig::default(), cost)
+}
+
+/// Guesses drafted by the sources whose names start with `prefix`.
+fn drafted_by(run: &Run, prefix: &str) -> usize {
+    run.receipt
+        .sources
+        .iter()
+        .filter(|s| s.name.starts_with(prefix))
+        .map(|s| s.drafted)
+        .sum()
+}
+
 /// A draft model that once looked far too dear (one guess measured at eight forwards) is
 /// probed again even while copies take every round (on a flat cost, a one-token copy always
 /// pays), measured cheap, and back in use within the same reply; the reply stays serial's.
 #[test]
 fn a_dear_looking_draft_model_is_probed_while_copies_win() {
-    let mut req = request(40, true, 600);
-    req.stop_tokens.clear();
     // The next token hangs on the last one only: a one-token copy is often right, never always.
-    let want = solo_short(serial_config(), req.clone(), 1);
-    let replies: HashMap<Vec<TokenId>, Vec<TokenId>> =
-        std::iter::once((req.prompt.clone(), want.tokens.clone())).collect();
+    let (req, want, replies) = copying_reply(40, true);
     let mut cost = CostModel::flat();
     cost.observe_propose("prophet", 1, 8.0);
     assert!(!cost.can_ever_pay(0, cost.propose_secs("prophet")));
-    let mut fake = FakeRunner::new(VOCAB, BLOCKS);
-    fake.context = 1;
-    let mut e = Engine::new(Box::new(fake), EngineConfig::default(), cost);
+    let mut e = copying_engine(cost);
     e.add_draft_model(Box::new(Timed(Prophet {
         replies,
         right: 16,
@@ -644,20 +665,12 @@ fn a_dear_looking_draft_model_is_probed_while_copies_win() {
     })));
     let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
     assert_eq!(run.tokens, want.tokens, "drafted == serial");
-    let prophet = run
-        .receipt
-        .sources
-        .iter()
-        .find(|s| s.name == "prophet")
-        .map_or(0, |s| s.drafted);
-    let copies: usize = run
-        .receipt
-        .sources
-        .iter()
-        .filter(|s| s.name.starts_with("copies"))
-        .map(|s| s.drafted)
-        .sum();
-    assert!(copies > 0, "copies proposed: {:?}", run.receipt.sources);
+    let prophet = drafted_by(&run, "prophet");
+    assert!(
+        drafted_by(&run, "copies") > 0,
+        "copies proposed: {:?}",
+        run.receipt.sources
+    );
     assert!(
         prophet > 50,
         "the draft model earned its way back: {:?}",
@@ -707,17 +720,11 @@ impl Proposer for FarBehind {
 fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
     // Greedy, the next token hanging on the last one only: the reply soon runs in a cycle,
     // which copies guess right every round.
-    let mut req = request(41, false, 600);
-    req.stop_tokens.clear();
-    let want = solo_short(serial_config(), req.clone(), 1);
-    let replies: HashMap<Vec<TokenId>, Vec<TokenId>> =
-        std::iter::once((req.prompt.clone(), want.tokens.clone())).collect();
+    let (req, want, replies) = copying_reply(41, false);
     let mut cost = CostModel::flat();
     // A catch-up row costs as much as a step.
     cost.observe_catch_up("prophet", 1, 1.0);
-    let mut fake = FakeRunner::new(VOCAB, BLOCKS);
-    fake.context = 1;
-    let mut e = Engine::new(Box::new(fake), EngineConfig::default(), cost);
+    let mut e = copying_engine(cost);
     let asked = Arc::new(Mutex::new(Vec::new()));
     e.add_draft_model(Box::new(FarBehind {
         inner: Timed(Prophet {
@@ -729,14 +736,11 @@ fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
     }));
     let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
     assert_eq!(run.tokens, want.tokens, "drafted == serial");
-    let copies: usize = run
-        .receipt
-        .sources
-        .iter()
-        .filter(|s| s.name.starts_with("copies"))
-        .map(|s| s.drafted)
-        .sum();
-    assert!(copies > 0, "copies proposed: {:?}", run.receipt.sources);
+    assert!(
+        drafted_by(&run, "copies") > 0,
+        "copies proposed: {:?}",
+        run.receipt.sources
+    );
     let lookup = Copies::default();
     for tokens in asked.lock().unwrap().iter() {
         assert!(
