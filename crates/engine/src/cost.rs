@@ -209,14 +209,19 @@ impl CostModel {
     /// charged: whichever source takes this round, the model pays about that much when it is
     /// next used, so it must not tilt the choice toward copies (short copies are rarely right).
     pub fn catch_up_secs(&self, source: &'static str, rows: usize) -> f64 {
+        self.catch_up_whole_secs(source, rows) / CATCH_UP_ROUNDS as f64
+    }
+
+    /// The whole of that catch-up's expected seconds, not shared over rounds (a prompt's
+    /// prefill, a probe's catch-up); zero up to one window's rows, as there.
+    pub fn catch_up_whole_secs(&self, source: &'static str, rows: usize) -> f64 {
         if rows <= MAX_DRAFT + 1 {
             return 0.0;
         }
-        let secs = match self.catch_up_row.get(source) {
+        match self.catch_up_row.get(source) {
             Some(per_row) => per_row * rows as f64 * self.forward_secs(1),
             None => self.propose_secs(source) * self.forward_secs(rows) / self.forward_secs(1),
-        };
-        secs / CATCH_UP_ROUNDS as f64
+        }
     }
 
     /// Rows of `source`'s catch-up that cost about what a target forward of `rows` rows costs
@@ -224,7 +229,7 @@ impl CostModel {
     /// prompt a draft model runs in one step.
     pub fn catch_up_rows_like(&self, source: &'static str, rows: usize) -> usize {
         const MANY: usize = 1 << 16;
-        let per_row = self.catch_up_secs(source, MANY) * CATCH_UP_ROUNDS as f64 / MANY as f64;
+        let per_row = self.catch_up_whole_secs(source, MANY) / MANY as f64;
         if per_row > 0.0 {
             ((self.forward_secs(rows) / per_row) as usize).max(rows)
         } else {
@@ -328,7 +333,7 @@ impl CostModel {
             })
             .fold(f64::INFINITY, f64::min);
         let saving = (self.forward_secs(1) - best).max(0.0) * tokens as f64;
-        self.catch_up_secs(source, rows) * CATCH_UP_ROUNDS as f64 <= saving
+        self.catch_up_whole_secs(source, rows) <= saving
     }
 
     /// Expected tokens committed by a window with `k` guesses from `source`: the target's own

@@ -3,7 +3,7 @@
 //! long prompts are prefilled in chunks while others keep decoding).
 
 use crate::blocks::{chain_hashes, BlockHash, BlockPool, CacheStats};
-use crate::cost::{CostModel, CATCH_UP_ROUNDS, MAX_DRAFT, PROBE_EVERY};
+use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
 
 /// Acceptance a draft model's guesses are assumed to have before any is observed: a draft
 /// model of the target's family agrees with it far more often than a copy of the context
@@ -481,8 +481,8 @@ impl Engine {
                 // copies land the model is not missed, and a round without them probes it,
                 // catch-up and all.
                 let m = &self.models[pick];
-                let catch_up = self.cost.catch_up_secs(m.name(), m.behind(&view));
-                let dear = catch_up * CATCH_UP_ROUNDS as f64 > self.cost.forward_secs(1);
+                let catch_up = self.cost.catch_up_whole_secs(m.name(), m.behind(&view));
+                let dear = catch_up > self.cost.forward_secs(1);
                 if source.is_none() || !dear {
                     (source, k) = (Some(Source::Model(pick)), 1);
                 }
