@@ -11,16 +11,16 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use tf_core::{SeqId, TokenId};
+use tf_core::TokenId;
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
-use tf_engine::{
-    Engine, EngineConfig, Event, ModelRunner, Receipt, Request, Runner, SamplingParams,
-};
+use tf_engine::{Engine, EngineConfig, ModelRunner, Request, Runner, SamplingParams};
 use tf_kernels::ThreadPool;
 use tf_models::Model;
 use tf_text::{ChatTemplate, Tokenizer};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+mod common;
+use common::{run_all, Bench, Run};
 
 const TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 const DRAFT: &str = "qwen2.5-coder-0.5b-instruct.gguf";
@@ -188,11 +188,6 @@ fn cases(tok: &Tokenizer) -> Vec<Case> {
     out
 }
 
-struct Bench {
-    engine: Engine,
-    blocks: usize,
-}
-
 fn bench(
     target: &Arc<Model>,
     draft: Option<&Arc<Model>>,
@@ -206,58 +201,6 @@ fn bench(
         engine.add_draft_model(Box::new(DraftModel::new(d.clone(), pool.clone(), blocks)));
     }
     Bench { engine, blocks }
-}
-
-struct Run {
-    tokens: Vec<TokenId>,
-    receipt: Receipt,
-}
-
-/// Runs `reqs` (each submitted before the step of its index) to completion; checks that every
-/// KV block came back.
-fn run_all(b: &mut Bench, reqs: Vec<(usize, Request)>) -> Vec<Run> {
-    let e = &mut b.engine;
-    let mut pending: Vec<(usize, usize, Request)> = reqs
-        .into_iter()
-        .enumerate()
-        .map(|(i, (at, r))| (at, i, r))
-        .collect();
-    pending.sort_by_key(|p| p.0);
-    let n = pending.len();
-    let mut rxs: HashMap<usize, (SeqId, UnboundedReceiver<Event>)> = HashMap::new();
-    let mut acc: HashMap<usize, Vec<TokenId>> = HashMap::new();
-    let mut done: HashMap<usize, Run> = HashMap::new();
-    let mut step = 0;
-    while done.len() < n {
-        while pending.first().is_some_and(|p| p.0 <= step) {
-            let (_, i, r) = pending.remove(0);
-            let (tx, rx) = unbounded_channel();
-            let id = e.submit(r, tx).unwrap();
-            rxs.insert(i, (id, rx));
-        }
-        e.step().unwrap();
-        step += 1;
-        for (i, (_, rx)) in rxs.iter_mut() {
-            while let Ok(ev) = rx.try_recv() {
-                match ev {
-                    Event::Tokens(t) => acc.entry(*i).or_default().extend(t),
-                    Event::Error(err) => panic!("engine error: {err}"),
-                    Event::Done(receipt) => {
-                        let tokens = acc.remove(i).unwrap_or_default();
-                        done.insert(*i, Run { tokens, receipt });
-                    }
-                }
-            }
-        }
-        assert!(step < 100_000, "engine made no progress");
-    }
-    assert!(e.is_idle());
-    assert_eq!(e.free_blocks(), b.blocks, "KV blocks leaked");
-    let runs: Vec<Run> = (0..n).map(|i| done.remove(&i).unwrap()).collect();
-    for r in &runs {
-        assert_eq!(tf_engine::token_sha(&r.tokens), r.receipt.token_sha);
-    }
-    runs
 }
 
 fn drafted_config() -> EngineConfig {
