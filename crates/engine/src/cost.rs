@@ -228,6 +228,7 @@ impl CostModel {
     /// (at least `rows`; every row when nothing is known of its cost): how much of a long
     /// prompt a draft model runs in one step.
     pub fn catch_up_rows_like(&self, source: &'static str, rows: usize) -> usize {
+        // A row's cost measured far past any step's rows, where a catch-up's cost is linear.
         const MANY: usize = 1 << 16;
         let per_row = self.catch_up_whole_secs(source, MANY) / MANY as f64;
         if per_row > 0.0 {
