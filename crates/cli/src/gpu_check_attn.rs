@@ -135,6 +135,7 @@ pub fn run(
                 .iter()
                 .map(|r| RowKeys {
                     table: &tables[r.seq],
+                    first: 0,
                     n_keys: r.pos + 1,
                     remap: r.remap.as_ref().map(|(base, s)| KeyRemap {
                         base: *base,
@@ -143,6 +144,7 @@ pub fn run(
                 })
                 .collect();
             let shape = AttnShape {
+                softcap: None,
                 n_heads: h,
                 n_kv_heads: kvh,
                 head_dim: hd,

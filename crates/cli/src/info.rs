@@ -46,6 +46,7 @@ pub fn run(args: &InfoArgs, global: &GlobalArgs) -> Result<()> {
         ("vocab", cfg.vocab.to_string()),
         ("trained context", cfg.context_len.to_string()),
         ("rope base", format!("{}", cfg.rope_base)),
+        ("layer plan", model.plan.summary()),
         ("tensor types", types),
         (
             "weights",

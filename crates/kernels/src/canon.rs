@@ -86,6 +86,13 @@ pub fn exp(x: f32) -> f32 {
     p * scale
 }
 
+/// `tanh(x) = 1 - 2 / (1 + exp(2x))` with the canonical [`exp`] (absolute error about 3e-7;
+/// saturates to ±1). For soft-capping (`cap * tanh(x / cap)`).
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    1.0 - 2.0 / (1.0 + exp(2.0 * x))
+}
+
 /// `x / (1 + exp(-x))`, the SiLU used by SwiGLU.
 #[inline(always)]
 pub fn silu(x: f32) -> f32 {
@@ -255,6 +262,59 @@ unsafe fn swiglu_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `sqrt(2 / pi)` and the cubic coefficient of the tanh approximation of GELU.
+const GELU_C: f32 = 0.797_884_6;
+const GELU_K: f32 = 0.044_715;
+
+/// GELU, tanh form (`gelu_pytorch_tanh`): `0.5 x (1 + tanh(u))` with `u = c (x + k x^3)`,
+/// written as `x / (1 + exp(-2u))` (the same function) so that it needs only the canonical
+/// [`exp`]; each step a plain multiply or add, so SIMD lanes reproduce it exactly.
+#[inline(always)]
+pub fn gelu_tanh(x: f32) -> f32 {
+    let x3 = (x * x) * x;
+    let u = GELU_C * (x + GELU_K * x3);
+    x / (1.0 + exp(-2.0 * u))
+}
+
+/// `out[i] = gelu_tanh(gate[i]) * up[i]`, the GeGLU activation (Gemma), at any SIMD level with
+/// the same bits.
+pub fn geglu(level: SimdLevel, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(gate.len() == up.len() && up.len() == out.len());
+    #[cfg(target_arch = "x86_64")]
+    if level >= SimdLevel::Avx2 {
+        // SAFETY: AVX2+FMA were detected.
+        unsafe { geglu_avx2(gate, up, out) };
+        return;
+    }
+    let _ = level;
+    for i in 0..out.len() {
+        out[i] = gelu_tanh(gate[i]) * up[i];
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn geglu_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    let (c, k) = (_mm256_set1_ps(GELU_C), _mm256_set1_ps(GELU_K));
+    let (one, m2) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-2.0));
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+        let x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        let u = _mm256_mul_ps(c, _mm256_add_ps(x, _mm256_mul_ps(k, x3)));
+        let e = x86::exp256(_mm256_mul_ps(m2, u));
+        let g = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        let y = _mm256_mul_ps(g, _mm256_loadu_ps(up.as_ptr().add(i)));
+        _mm256_storeu_ps(out.as_mut_ptr().add(i), y);
+        i += 8;
+    }
+    for j in i..n {
+        out[j] = gelu_tanh(gate[j]) * up[j];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +408,35 @@ mod tests {
                 .iter()
                 .zip(&want)
                 .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+
+    #[test]
+    fn geglu_levels_agree_bitwise_and_match_tanh_gelu() {
+        let mut g = rand_vec(1003, 7);
+        g.extend([0.0, -0.0, 30.0, -30.0, 1e20, -1e20, 1e-30]);
+        let u = rand_vec(g.len(), 8);
+        let mut want = vec![0f32; g.len()];
+        geglu(SimdLevel::Scalar, &g, &u, &mut want);
+        for level in SimdLevel::available() {
+            let mut got = vec![0f32; g.len()];
+            geglu(level, &g, &u, &mut got);
+            assert!(got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+        // Against the textbook formula in f64.
+        for (i, &x) in g.iter().enumerate().filter(|(_, x)| x.abs() < 1e6) {
+            let xd = x as f64;
+            let t = ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd * xd * xd)).tanh();
+            let exact = 0.5 * xd * (1.0 + t) * u[i] as f64;
+            let err = (want[i] as f64 - exact).abs();
+            assert!(
+                err <= 1e-6 * (1.0 + exact.abs()),
+                "x={x}: {} vs {exact}",
+                want[i]
+            );
         }
     }
 }

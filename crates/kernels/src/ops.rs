@@ -1,10 +1,10 @@
-//! Small row-wise ops: RMSNorm, RoPE, SwiGLU (re-exported from [`canon`]). Each output row reads
+//! Small row-wise ops: RMSNorm, RoPE, SwiGLU and GeGLU (re-exported from [`canon`]). Each output row reads
 //! only its own input row, with fixed operation order.
 
 use crate::canon;
 use crate::SimdLevel;
 
-pub use canon::swiglu;
+pub use canon::{geglu, swiglu};
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`, with the canonical dot for the sum of squares.
 pub fn rms_norm(level: SimdLevel, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
@@ -39,7 +39,9 @@ pub enum RopeStyle {
 /// Precomputed cos/sin for every position below `max_pos` (computed in f64, rounded once).
 pub struct RopeTable {
     rot_dim: usize,
-    base: f64,
+    /// The angle per position of each rotary pair (`base^(-2i/rot_dim)`, divided by the pair's
+    /// scaling factor where the model scales its frequencies).
+    thetas: Vec<f64>,
     max_pos: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
@@ -47,10 +49,27 @@ pub struct RopeTable {
 
 impl RopeTable {
     pub fn new(rot_dim: usize, base: f32, max_pos: usize) -> RopeTable {
+        Self::with_factors(rot_dim, base, &[], max_pos)
+    }
+
+    /// The plain frequencies `base^(-2i/rot_dim)`, each divided by `factors[i]` (missing
+    /// factors are 1): Llama 3's frequency scaling, linear scaling (one factor for all).
+    pub fn with_factors(rot_dim: usize, base: f32, factors: &[f64], max_pos: usize) -> RopeTable {
+        let thetas = (0..rot_dim / 2)
+            .map(|i| {
+                let f = factors.get(i).copied().unwrap_or(1.0);
+                (base as f64).powf(-2.0 * i as f64 / rot_dim as f64) / f
+            })
+            .collect();
+        Self::with_thetas(rot_dim, thetas, max_pos)
+    }
+
+    pub fn with_thetas(rot_dim: usize, thetas: Vec<f64>, max_pos: usize) -> RopeTable {
         let half = rot_dim / 2;
+        assert_eq!(thetas.len(), half);
         let mut t = RopeTable {
             rot_dim,
-            base: base as f64,
+            thetas,
             max_pos,
             cos: vec![0.0; max_pos * half],
             sin: vec![0.0; max_pos * half],
@@ -66,8 +85,7 @@ impl RopeTable {
     }
 
     fn angle(&self, pos: usize, i: usize) -> (f32, f32) {
-        let theta = self.base.powf(-2.0 * i as f64 / self.rot_dim as f64);
-        let a = pos as f64 * theta;
+        let a = pos as f64 * self.thetas[i];
         (a.cos() as f32, a.sin() as f32)
     }
 

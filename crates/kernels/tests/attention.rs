@@ -38,6 +38,7 @@ fn setup(n: usize, head_dim: usize) -> Setup {
         kv,
         table,
         shape: AttnShape {
+            softcap: None,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -55,11 +56,24 @@ fn run(
     rows: std::ops::Range<usize>,
     remap: Option<tf_kernels::attention::KeyRemap>,
 ) -> Vec<f32> {
+    run_window(s, level, pool, rows, remap, usize::MAX)
+}
+
+/// [`run`] with a sliding window of `window` keys per row.
+fn run_window(
+    s: &Setup,
+    level: SimdLevel,
+    pool: &ThreadPool,
+    rows: std::ops::Range<usize>,
+    remap: Option<tf_kernels::attention::KeyRemap>,
+    window: usize,
+) -> Vec<f32> {
     let qd = s.shape.n_heads * s.shape.head_dim;
     let keys: Vec<RowKeys> = rows
         .clone()
         .map(|p| RowKeys {
             table: &s.table,
+            first: (p + 1).saturating_sub(window),
             n_keys: p + 1,
             remap,
         })
@@ -106,19 +120,88 @@ fn levels_rows_and_threads_agree_bitwise() {
     }
 }
 
+/// Sliding-window rows (windows shorter and longer than a chunk, starting inside a chunk and on
+/// its edge): every level, thread count and grouping of rows gives the scalar bits of the row
+/// alone, on head sizes that take each kernel.
+#[test]
+fn sliding_window_rows_agree_bitwise() {
+    for head_dim in [64usize, 40, 256] {
+        let s = setup(3 * KEY_CHUNK + 5, head_dim);
+        let qd = s.shape.n_heads * head_dim;
+        let p1 = ThreadPool::new(1);
+        for window in [1usize, 5, KEY_CHUNK, KEY_CHUNK + 1, 40, 2 * KEY_CHUNK] {
+            let want = run_window(&s, SimdLevel::Scalar, &p1, 0..s.n, None, window);
+            for level in SimdLevel::available() {
+                for threads in [1, 3] {
+                    let pool = ThreadPool::new(threads);
+                    let got = run_window(&s, level, &pool, 0..s.n, None, window);
+                    assert!(bits_eq(&got, &want), "w{window} {level:?} x{threads}");
+                }
+                for p in [0usize, window, 33, s.n - 1] {
+                    let p = p.min(s.n - 1);
+                    let got = run_window(&s, level, &p1, p..p + 1, None, window);
+                    let alone = &want[p * qd..(p + 1) * qd];
+                    assert!(bits_eq(&got, alone), "w{window} row {p} alone, {level:?}");
+                }
+                let got = run_window(&s, level, &p1, 20..57, None, window);
+                assert!(
+                    bits_eq(&got, &want[20 * qd..57 * qd]),
+                    "w{window} {level:?}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn matches_plain_softmax() {
-    let s = setup(150, 64);
+    plain_softmax_check(usize::MAX, None);
+}
+
+#[test]
+fn sliding_window_matches_plain_softmax() {
+    for window in [1usize, 7, 40] {
+        plain_softmax_check(window, None);
+    }
+}
+
+/// Soft-capped scores (Gemma 2): against the float64 formula, and every level, thread count
+/// and row grouping gives the bits of the scalar rows alone.
+#[test]
+fn soft_capped_scores() {
+    plain_softmax_check(usize::MAX, Some(0.7));
+    plain_softmax_check(9, Some(2.0));
+    let mut s = setup(2 * KEY_CHUNK + 3, 64);
+    s.shape.softcap = Some(1.5);
+    let qd = s.shape.n_heads * 64;
+    let p1 = ThreadPool::new(1);
+    let want = run_window(&s, SimdLevel::Scalar, &p1, 0..s.n, None, 20);
+    for level in SimdLevel::available() {
+        let pool = ThreadPool::new(3);
+        assert!(bits_eq(
+            &run_window(&s, level, &pool, 0..s.n, None, 20),
+            &want
+        ));
+        let got = run_window(&s, level, &p1, 40..41, None, 20);
+        assert!(bits_eq(&got, &want[40 * qd..41 * qd]), "{level:?}");
+    }
+}
+
+/// The kernel against a float64 softmax over each row's visible keys.
+fn plain_softmax_check(window: usize, softcap: Option<f32>) {
+    let mut s = setup(150, 64);
+    s.shape.softcap = softcap;
     let pool = ThreadPool::new(2);
     let hd = s.shape.head_dim;
     let qd = s.shape.n_heads * hd;
-    let got = run(&s, tf_kernels::detect(), &pool, 0..s.n, None);
+    let got = run_window(&s, tf_kernels::detect(), &pool, 0..s.n, None, window);
     let layer = s.kv.layer(0);
     for p in [0usize, 1, 77, 149] {
+        let lo = (p + 1).saturating_sub(window);
         for h in 0..s.shape.n_heads {
             let kvh = h / (s.shape.n_heads / s.shape.n_kv_heads);
             let q = &s.q[p * qd + h * hd..p * qd + (h + 1) * hd];
-            let scores: Vec<f64> = (0..=p)
+            let scores: Vec<f64> = (lo..=p)
                 .map(|j| {
                     let off = layer.offset(&s.table, j) + kvh * hd;
                     q.iter()
@@ -127,13 +210,14 @@ fn matches_plain_softmax() {
                         .sum::<f64>()
                         * s.shape.scale as f64
                 })
+                .map(|x| softcap.map_or(x, |c| c as f64 * (x / c as f64).tanh()))
                 .collect();
             let m = scores.iter().cloned().fold(f64::MIN, f64::max);
             let w: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
             let z: f64 = w.iter().sum();
             for d in 0..hd {
-                let want: f64 = (0..=p)
-                    .map(|j| w[j] * layer.v[layer.offset(&s.table, j) + kvh * hd + d] as f64)
+                let want: f64 = (lo..=p)
+                    .map(|j| w[j - lo] * layer.v[layer.offset(&s.table, j) + kvh * hd + d] as f64)
                     .sum::<f64>()
                     / z;
                 let g = got[p * qd + h * hd + d] as f64;
@@ -173,6 +257,7 @@ fn remapped_positions_give_the_serial_bits() {
     for level in SimdLevel::available() {
         let keys = [RowKeys {
             table: &table,
+            first: 0,
             n_keys: n,
             remap: Some(KeyRemap {
                 base,
@@ -224,6 +309,7 @@ fn grouped_heads_equal_one_head_jobs() {
         let keys: Vec<RowKeys> = (0..s.n)
             .map(|p| RowKeys {
                 table: &s.table,
+                first: 0,
                 n_keys: p + 1,
                 remap: None,
             })
@@ -273,6 +359,7 @@ fn rows_of_several_sequences_equal_each_alone() {
         .iter()
         .map(|&(t, p)| RowKeys {
             table: tables[t],
+            first: 0,
             n_keys: p + 1,
             remap: None,
         })

@@ -6,6 +6,55 @@ use serde_json::Value;
 use tf_kernels::ops::RopeStyle;
 use tf_weights::{GgufFile, MetaValue};
 
+/// How a model stretches its rotary frequencies beyond its training context.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Every frequency divided by `factor` (positions compressed).
+    Linear {
+        factor: f64,
+    },
+    /// Llama 3.x: low frequencies divided by `factor`, high ones kept, a smooth ramp between.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_context: f64,
+    },
+}
+
+impl RopeScaling {
+    /// The divisor of each rotary pair's frequency (`rot_dim / 2` of them; empty = all 1).
+    pub fn factors(&self, rot_dim: usize, base: f32) -> Vec<f64> {
+        let half = rot_dim / 2;
+        match *self {
+            RopeScaling::None => Vec::new(),
+            RopeScaling::Linear { factor } => vec![factor; half],
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_context,
+            } => (0..half)
+                .map(|i| {
+                    let freq = (base as f64).powf(-2.0 * i as f64 / rot_dim as f64);
+                    let wavelen = 2.0 * std::f64::consts::PI / freq;
+                    if wavelen < original_context / high_freq_factor {
+                        1.0
+                    } else if wavelen > original_context / low_freq_factor {
+                        factor
+                    } else {
+                        let smooth = (original_context / wavelen - low_freq_factor)
+                            / (high_freq_factor - low_freq_factor);
+                        // freq / divisor = (1 - smooth) * freq / factor + smooth * freq
+                        1.0 / ((1.0 - smooth) / factor + smooth)
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     pub family: &'static Family,
@@ -19,9 +68,23 @@ pub struct ModelConfig {
     pub rope_base: f32,
     pub rope_dim: usize,
     pub rope_style: RopeStyle,
+    /// Scaling of the global layers' rotary frequencies (sliding layers are never scaled).
+    pub rope_scaling: RopeScaling,
+    /// RoPE base of the sliding-window layers, where it differs from `rope_base`.
+    pub rope_local_base: Option<f32>,
     pub norm_eps: f32,
     /// The context length the model was trained for.
     pub context_len: usize,
+    /// Keys a sliding-window layer sees (its own position included).
+    pub sliding_window: Option<usize>,
+    /// Which layers slide, when the checkpoint lists them (`layer_types`); otherwise the
+    /// family's pattern decides.
+    pub sliding_layers: Option<Vec<bool>>,
+    /// Attention scores are multiplied by this (default `head_dim^-1/2`).
+    pub attn_scale: f32,
+    /// `cap * tanh(x / cap)` on attention scores / on the output logits (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    pub final_softcap: Option<f32>,
 }
 
 impl ModelConfig {
@@ -50,12 +113,13 @@ impl ModelConfig {
                 Some(_) => u(k),
             }
         };
-        let f_or = |k: &str, d: f32| -> Result<f32> {
+        let f_opt = |k: &str| -> Result<Option<f32>> {
             match g.get(&key(k)) {
-                None => Ok(d),
-                Some(_) => Ok(g.get_f32(&key(k))?),
+                None => Ok(None),
+                Some(_) => Ok(Some(g.get_f32(&key(k))?)),
             }
         };
+        let f_or = |k: &str, d: f32| -> Result<f32> { Ok(f_opt(k)?.unwrap_or(d)) };
         let d_model = u("embedding_length")?;
         let n_heads = u("attention.head_count")?;
         let head_dim = u_or("attention.key_length", d_model / n_heads.max(1))?;
@@ -70,9 +134,32 @@ impl ModelConfig {
                     name: "token_embd.weight".into(),
                 })?,
         };
+        let n_layers = u("block_count")?;
+        let rope_scaling = match g.get(&key("rope.scaling.type")) {
+            None => RopeScaling::None,
+            Some(_) => match g.get_str(&key("rope.scaling.type"))? {
+                "none" => RopeScaling::None,
+                "linear" => RopeScaling::Linear {
+                    factor: f_or("rope.scaling.factor", 1.0)? as f64,
+                },
+                other => {
+                    return Err(ModelError::Config {
+                        source_path: src,
+                        what: format!("{arch}.rope.scaling.type '{other}' is not supported"),
+                    })
+                }
+            },
+        };
+        // Gemma 3 27B scales attention by d_model / heads, every other size by the head size
+        // (as llama.cpp and gemma_pytorch do; the GGUF carries no key for it).
+        let scale_dim = if family.name == "gemma3" && n_layers == 62 {
+            d_model / n_heads.max(1)
+        } else {
+            head_dim
+        };
         let cfg = ModelConfig {
             family,
-            n_layers: u("block_count")?,
+            n_layers,
             d_model,
             n_heads,
             n_kv_heads: u_or("attention.head_count_kv", n_heads)?,
@@ -82,8 +169,18 @@ impl ModelConfig {
             rope_base: f_or("rope.freq_base", 10000.0)?,
             rope_dim: u_or("rope.dimension_count", head_dim)?,
             rope_style: family.gguf_rope,
+            rope_scaling,
+            rope_local_base: family.local_rope_base,
             norm_eps: f_or("attention.layer_norm_rms_epsilon", 1e-6)?,
             context_len: u_or("context_length", 4096)?,
+            sliding_window: match u_or("attention.sliding_window", 0)? {
+                0 => None,
+                w => Some(w),
+            },
+            sliding_layers: None,
+            attn_scale: 1.0 / (scale_dim as f32).sqrt(),
+            attn_softcap: f_opt("attn_logit_softcapping")?,
+            final_softcap: f_opt("final_logit_softcapping")?,
         };
         cfg.validate(&src)?;
         Ok(cfg)
@@ -118,24 +215,70 @@ impl ModelConfig {
                 .map(|v| v as usize)
                 .ok_or_else(|| err(format!("missing or non-integer '{k}'")))
         };
+        let f_opt = |k: &str| config.get(k).and_then(Value::as_f64).map(|v| v as f32);
         let f_or = |k: &str, d: f64| config.get(k).and_then(Value::as_f64).unwrap_or(d) as f32;
         let d_model = u("hidden_size")?;
         let n_heads = u("num_attention_heads")?;
         let head_dim = u("head_dim").unwrap_or(d_model / n_heads.max(1));
+        let n_layers = u("num_hidden_layers")?;
+        let (rope_base, rope_scaling) = hf_rope(config, "full_attention", src)?;
+        let rope_local_base = match family.local_rope_base {
+            None => None,
+            Some(d) => {
+                let (base, _) = hf_rope(config, "sliding_attention", src)?;
+                // Older configs name the local base apart; newer ones nest it by layer type.
+                let nested = config
+                    .get("rope_parameters")
+                    .is_some_and(|p| p.get("sliding_attention").is_some());
+                Some(if nested {
+                    base
+                } else {
+                    f_or("rope_local_base_freq", d as f64)
+                })
+            }
+        };
+        let partial = f_or("partial_rotary_factor", 1.0);
+        let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
+        let sliding_layers = config
+            .get("layer_types")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|t| t.as_str() == Some("sliding_attention"))
+                    .collect::<Vec<_>>()
+            });
+        let sliding_window = match config.get("sliding_window") {
+            Some(Value::Number(n)) => n.as_u64().map(|w| w as usize).filter(|&w| w > 0),
+            _ => None,
+        };
+        // Mistral-style configs carry `use_sliding_window: false` to switch it off (Qwen2).
+        let sliding_window = sliding_window
+            .filter(|_| config.get("use_sliding_window").and_then(Value::as_bool) != Some(false));
+        let attn_scale = match f_opt("query_pre_attn_scalar") {
+            Some(s) => 1.0 / s.sqrt(),
+            None => 1.0 / (head_dim as f32).sqrt(),
+        };
         let cfg = ModelConfig {
             family,
-            n_layers: u("num_hidden_layers")?,
+            n_layers,
             d_model,
             n_heads,
             n_kv_heads: u("num_key_value_heads").unwrap_or(n_heads),
             head_dim,
             ffn_dim: u("intermediate_size")?,
             vocab: u("vocab_size")?,
-            rope_base: f_or("rope_theta", 10000.0),
-            rope_dim: head_dim,
+            rope_base,
+            rope_dim,
             rope_style: RopeStyle::Neox,
+            rope_scaling,
+            rope_local_base,
             norm_eps: f_or("rms_norm_eps", 1e-6),
             context_len: u("max_position_embeddings").unwrap_or(4096),
+            sliding_window,
+            sliding_layers,
+            attn_scale,
+            attn_softcap: f_opt("attn_logit_softcapping"),
+            final_softcap: f_opt("final_logit_softcapping"),
         };
         cfg.validate(src)?;
         Ok(cfg)
@@ -160,6 +303,105 @@ impl ModelConfig {
         if self.rope_dim > self.head_dim || !self.rope_dim.is_multiple_of(2) {
             return bad("rope dimension must be even and at most the head dimension");
         }
+        let positive = |x: f32| x.is_finite() && x > 0.0;
+        if !positive(self.rope_base) || !self.rope_local_base.is_none_or(positive) {
+            return bad("the RoPE base must be a positive finite number");
+        }
+        if !positive(self.norm_eps) {
+            return bad("the RMSNorm epsilon must be a positive finite number");
+        }
+        if self.context_len == 0 {
+            return bad("the context length is 0");
+        }
+        if ![self.attn_softcap, self.final_softcap]
+            .iter()
+            .all(|c| c.is_none_or(positive))
+        {
+            return bad("a soft-capping value must be a positive finite number");
+        }
+        if let Some(layers) = &self.sliding_layers {
+            if layers.len() != self.n_layers {
+                return bad("layer_types does not list one type per layer");
+            }
+        }
+        match &self.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } if factor.is_finite() && *factor > 0.0 => {}
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_context,
+            } if [factor, low_freq_factor, high_freq_factor, original_context]
+                .iter()
+                .all(|v| v.is_finite() && **v > 0.0)
+                && high_freq_factor > low_freq_factor => {}
+            _ => return bad("RoPE scaling parameters must be positive and finite"),
+        }
         Ok(())
     }
+
+    /// Whether layer `layer` attends through the sliding window.
+    pub fn layer_slides(&self, layer: usize) -> bool {
+        if self.sliding_window.is_none() {
+            return false;
+        }
+        if let Some(layers) = &self.sliding_layers {
+            return layers.get(layer).copied().unwrap_or(false);
+        }
+        match self.family.windows {
+            registry::Windows::All => true,
+            registry::Windows::AllButEvery(n) => (layer + 1) % n != 0,
+        }
+    }
+}
+
+/// The RoPE base and scaling of a layer kind (`full_attention` or `sliding_attention`) in a
+/// Hugging Face config: `rope_parameters` (transformers 5: one dict, or one per layer kind), else
+/// the older top-level `rope_theta` and `rope_scaling`.
+fn hf_rope(config: &Value, kind: &str, src: &str) -> Result<(f32, RopeScaling)> {
+    let params = config.get("rope_parameters").filter(|p| p.is_object());
+    let params = params.map(|p| p.get(kind).unwrap_or(p));
+    let base = params
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| config.get("rope_theta"))
+        .and_then(Value::as_f64)
+        .unwrap_or(10000.0) as f32;
+    let scaling = params.or_else(|| config.get("rope_scaling").filter(|s| s.is_object()));
+    let Some(s) = scaling else {
+        return Ok((base, RopeScaling::None));
+    };
+    let kind_of = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let num = |k: &str| -> Result<f64> {
+        s.get(k)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| ModelError::Config {
+                source_path: src.to_string(),
+                what: format!("rope scaling '{kind_of}' needs a number '{k}'"),
+            })
+    };
+    let scaling =
+        match kind_of {
+            "default" => RopeScaling::None,
+            "linear" => RopeScaling::Linear {
+                factor: num("factor")?,
+            },
+            "llama3" => RopeScaling::Llama3 {
+                factor: num("factor")?,
+                low_freq_factor: num("low_freq_factor")?,
+                high_freq_factor: num("high_freq_factor")?,
+                original_context: num("original_max_position_embeddings")?,
+            },
+            other => return Err(ModelError::Config {
+                source_path: src.to_string(),
+                what: format!(
+                    "rope scaling type '{other}' is not supported (default, linear, llama3 are)"
+                ),
+            }),
+        };
+    Ok((base, scaling))
 }

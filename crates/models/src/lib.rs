@@ -2,6 +2,8 @@
 //!
 //! * [`registry`]: the one list of supported families; [`families`] holds one folder per family.
 //! * [`config`]: [`ModelConfig`] from GGUF metadata or a Hugging Face `config.json`.
+//! * [`plan`]: [`Plan`], the decoder as data (per layer: window, RoPE, norms, MLP kind), which
+//!   the forward walks and a backend checks at load.
 //! * [`model`]: [`Model`], loading (architecture checked before any weight is touched) and
 //!   [`Model::forward`] over rows of several sequences at once.
 //!
@@ -12,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod families;
 pub mod model;
+pub mod plan;
 pub mod registry;
 mod requant;
 pub mod synth;
@@ -21,4 +24,5 @@ pub mod weights;
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use model::{Model, Row, TreeRow};
-pub use registry::{Family, FAMILIES};
+pub use plan::{LayerPlan, Plan, RopeSpec};
+pub use registry::{Family, Mlp, FAMILIES};

@@ -2,6 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use crate::plan::Plan;
 use crate::weights::{bind, Naming, Panels, Weights};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -50,7 +51,10 @@ pub struct Model {
     /// The matrices in panel layout for the CPU kernels, made on first CPU use.
     panels: OnceLock<Panels>,
     pub config: ModelConfig,
-    pub(crate) rope: RopeTable,
+    /// The decoder as data, which the forward walks.
+    pub plan: Plan,
+    /// One table per [`Plan::ropes`] entry.
+    pub(crate) ropes: Vec<RopeTable>,
     pub level: SimdLevel,
     source: Source,
     path: PathBuf,
@@ -93,16 +97,15 @@ impl Model {
         let src: &'static dyn TensorSource =
             unsafe { std::mem::transmute::<&dyn TensorSource, &'static dyn TensorSource>(src) };
         let weights = bind(src, naming, &config)?;
-        let rope = RopeTable::new(
-            config.rope_dim,
-            config.rope_base,
-            config.context_len.min(ROPE_TABLE_MAX),
-        );
+        let plan = Plan::new(&config, weights.rope_freqs.as_deref());
+        let table_len = config.context_len.min(ROPE_TABLE_MAX);
+        let ropes = plan.ropes.iter().map(|r| r.table(table_len)).collect();
         Ok(Model {
             weights,
             panels: OnceLock::new(),
             config,
-            rope,
+            plan,
+            ropes,
             level: tf_kernels::detect(),
             source,
             path: path.to_path_buf(),

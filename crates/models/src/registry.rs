@@ -4,7 +4,28 @@
 use crate::families;
 use tf_kernels::ops::RopeStyle;
 
-/// What distinguishes one llama-like decoder family from another.
+/// The feed-forward activation of a dense MLP (`down(act(gate(x)) * up(x))`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mlp {
+    /// SiLU gate (Llama, Qwen, Mistral, Phi-3).
+    SwiGlu,
+    /// GELU (tanh form) gate (Gemma).
+    GeGlu,
+}
+
+/// Which layers use the model's sliding window, when its config sets one (a config's own
+/// per-layer list, `layer_types`, takes precedence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Windows {
+    /// Every layer (Mistral, Phi-3).
+    All,
+    /// Every layer but each `n`-th (layer i is global when `(i + 1) % n == 0`): Gemma 3 (6),
+    /// Gemma 2 (2).
+    AllButEvery(usize),
+}
+
+/// What distinguishes one decoder family from another: data the plan is built from
+/// ([`crate::plan::Plan`]), and the family's tensor names.
 #[derive(Debug)]
 pub struct Family {
     /// Our name for it.
@@ -19,12 +40,54 @@ pub struct Family {
     pub qk_norm: bool,
     /// How GGUF files of this family lay out rotary pairs (HF checkpoints are always Neox).
     pub gguf_rope: RopeStyle,
+    pub mlp: Mlp,
+    /// RMSNorm of the attention output and of the MLP output before each residual add (Gemma's
+    /// "sandwich" norms).
+    pub post_norms: bool,
+    /// Hugging Face checkpoints store RMSNorm weights as `w` and scale by `1 + w` (Gemma); GGUF
+    /// converters store `1 + w`.
+    pub hf_norm_offset: bool,
+    /// Token embeddings are multiplied by `sqrt(d_model)` (Gemma).
+    pub embed_scale: bool,
+    pub windows: Windows,
+    /// RoPE base of the sliding-window layers when the file names none (Gemma 3: 10,000; the
+    /// global layers take the model's base).
+    pub local_rope_base: Option<f32>,
+    /// q, k and v as one tensor (`attn_qkv`), and gate and up as one (`ffn_up` of twice the
+    /// width, gate first): Phi-3.
+    pub fused: bool,
+    /// Hugging Face tensor names that differ from the Llama layout, as (GGUF-style name, HF
+    /// name inside `model.layers.N.`).
+    pub hf_tensors: &'static [(&'static str, &'static str)],
+}
+
+impl Family {
+    /// The Llama layout, which the other families change in a few fields.
+    pub const LLAMA_LIKE: Family = Family {
+        name: "",
+        gguf_arch: "",
+        hf_names: &[],
+        qkv_bias: false,
+        qk_norm: false,
+        gguf_rope: RopeStyle::Neox,
+        mlp: Mlp::SwiGlu,
+        post_norms: false,
+        hf_norm_offset: false,
+        embed_scale: false,
+        windows: Windows::All,
+        local_rope_base: None,
+        fused: false,
+        hf_tensors: &[],
+    };
 }
 
 pub static FAMILIES: &[&Family] = &[
     &families::llama::FAMILY,
     &families::qwen2::FAMILY,
     &families::qwen3::FAMILY,
+    &families::gemma3::FAMILY,
+    &families::gemma2::FAMILY,
+    &families::phi3::FAMILY,
 ];
 
 pub fn by_gguf_arch(arch: &str) -> Option<&'static Family> {

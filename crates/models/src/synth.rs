@@ -33,6 +33,8 @@ pub struct SynthSpec {
     /// to `vocab`, an end-of-text token last), so the file loads like a real model. Default:
     /// false.
     pub tokenizer: bool,
+    /// `{arch}.attention.sliding_window` (the family decides which layers slide).
+    pub sliding_window: Option<usize>,
 }
 
 impl SynthSpec {
@@ -56,6 +58,7 @@ impl SynthSpec {
             seed: 1,
             overrides: Vec::new(),
             tokenizer: false,
+            sliding_window: None,
         }
     }
 
@@ -178,9 +181,15 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
         &format!("{a}.attention.layer_norm_rms_epsilon"),
         MetaValue::F32(1e-6),
     );
+    if let Some(win) = spec.sliding_window {
+        w.meta(&format!("{a}.attention.sliding_window"), u(win));
+    }
     if spec.tokenizer {
         put_tokenizer(&mut w, spec.vocab);
     }
+    // The family's tensors (an unknown architecture gets the Llama layout, for tests of the
+    // refusal).
+    let fam = crate::registry::by_gguf_arch(a).unwrap_or(&crate::Family::LLAMA_LIKE);
     let mut plan = Vec::new();
     let mut seed = spec.seed;
     let mut tensor = |plan: &mut Vec<Planned>, name: &str, dims: &[usize], dtype: DType| {
@@ -218,19 +227,36 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
         let n = |s: &str| format!("blk.{i}.{s}");
         norm(p, &n("attn_norm.weight"), d);
         norm(p, &n("ffn_norm.weight"), d);
-        tensor(p, &n("attn_q.weight"), &[d, q], spec.matrix_dtype);
-        tensor(p, &n("attn_k.weight"), &[d, kv], spec.matrix_dtype);
-        tensor(p, &n("attn_v.weight"), &[d, kv], spec.matrix_dtype);
+        if fam.post_norms {
+            norm(p, &n("post_attention_norm.weight"), d);
+            norm(p, &n("post_ffw_norm.weight"), d);
+        }
+        if fam.fused {
+            tensor(
+                p,
+                &n("attn_qkv.weight"),
+                &[d, q + 2 * kv],
+                spec.matrix_dtype,
+            );
+        } else {
+            tensor(p, &n("attn_q.weight"), &[d, q], spec.matrix_dtype);
+            tensor(p, &n("attn_k.weight"), &[d, kv], spec.matrix_dtype);
+            tensor(p, &n("attn_v.weight"), &[d, kv], spec.matrix_dtype);
+        }
         tensor(p, &n("attn_output.weight"), &[q, d], spec.matrix_dtype);
-        tensor(p, &n("ffn_gate.weight"), &[d, f], spec.matrix_dtype);
-        tensor(p, &n("ffn_up.weight"), &[d, f], spec.matrix_dtype);
+        if fam.fused {
+            tensor(p, &n("ffn_up.weight"), &[d, 2 * f], spec.matrix_dtype);
+        } else {
+            tensor(p, &n("ffn_gate.weight"), &[d, f], spec.matrix_dtype);
+            tensor(p, &n("ffn_up.weight"), &[d, f], spec.matrix_dtype);
+        }
         tensor(p, &n("ffn_down.weight"), &[f, d], spec.down_dtype);
-        if a == "qwen2" {
+        if fam.qkv_bias {
             tensor(p, &n("attn_q.bias"), &[q], DType::F32);
             tensor(p, &n("attn_k.bias"), &[kv], DType::F32);
             tensor(p, &n("attn_v.bias"), &[kv], DType::F32);
         }
-        if a == "qwen3" {
+        if fam.qk_norm {
             norm(p, &n("attn_q_norm.weight"), spec.head_dim);
             norm(p, &n("attn_k_norm.weight"), spec.head_dim);
         }

@@ -2,6 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use crate::registry::Family;
 use tf_core::DType;
 use tf_kernels::matmul::{PackedMatrix, WeightMatrix};
 use tf_weights::{TensorSource, TensorView};
@@ -26,11 +27,14 @@ impl Naming {
         }
     }
 
-    fn layer(self, i: usize, what: &str) -> String {
+    /// The name of layer `i`'s tensor `what` (GGUF-style), with the family's own HF names.
+    fn layer(self, i: usize, what: &str, family: &Family) -> String {
         match self {
             Naming::Gguf => format!("blk.{i}.{what}"),
             Naming::Hf => {
+                let own = family.hf_tensors.iter().find(|(g, _)| *g == what);
                 let hf = match what {
+                    _ if own.is_some() => own.map_or("", |(_, h)| h),
                     "attn_norm.weight" => "input_layernorm.weight",
                     "attn_q.weight" => "self_attn.q_proj.weight",
                     "attn_k.weight" => "self_attn.k_proj.weight",
@@ -65,6 +69,9 @@ pub struct LayerWeights<'a> {
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
+    /// RMSNorm of the attention output and of the MLP output (Gemma's sandwich norms).
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
     pub w_gate: WeightMatrix<'a>,
     pub w_up: WeightMatrix<'a>,
     pub w_down: WeightMatrix<'a>,
@@ -77,6 +84,9 @@ pub struct Weights<'a> {
     pub output: WeightMatrix<'a>,
     pub tied_output: bool,
     pub layers: Vec<LayerWeights<'a>>,
+    /// Per-pair divisors of the rotary frequencies stored in the file (Llama 3.x GGUF
+    /// `rope_freqs.weight`).
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 struct Binder<'a> {
@@ -113,6 +123,44 @@ impl<'a> Binder<'a> {
         })
     }
 
+    /// A matrix of `parts` summed output widths, cut into one matrix per part (rows are
+    /// contiguous, so each part is a view of the same bytes).
+    fn split(&self, name: &str, k: usize, parts: &[usize]) -> Result<Vec<WeightMatrix<'a>>> {
+        let whole = self.matrix(name, k, parts.iter().sum())?;
+        let row = whole.row_bytes();
+        let mut at = 0;
+        Ok(parts
+            .iter()
+            .map(|&n| {
+                let data = &whole.data[at * row..(at + n) * row];
+                at += n;
+                WeightMatrix::new(whole.dtype, k, n, data).expect("a part of a checked matrix")
+            })
+            .collect())
+    }
+
+    /// A norm's weights, `1 + w` where the checkpoint stores `w` (Gemma in HF layout).
+    fn norm(&self, name: &str, n: usize, offset: bool) -> Result<Vec<f32>> {
+        let mut w = self.vector(name, n)?;
+        if offset {
+            w.iter_mut().for_each(|v| *v += 1.0);
+        }
+        Ok(w)
+    }
+
+    fn opt_norm(
+        &self,
+        name: &str,
+        n: usize,
+        wanted: bool,
+        offset: bool,
+    ) -> Result<Option<Vec<f32>>> {
+        if !wanted {
+            return Ok(None);
+        }
+        self.norm(name, n, offset).map(Some)
+    }
+
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         Ok(self.view(name, &[n])?.to_f32()?)
     }
@@ -138,32 +186,58 @@ pub fn bind<'a>(
         None => (b.matrix(naming.global("embed"), d, cfg.vocab)?, true),
     };
     let fam = cfg.family;
+    let off = naming == Naming::Hf && fam.hf_norm_offset;
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for i in 0..cfg.n_layers {
-        let n = |w: &str| naming.layer(i, w);
+        let n = |w: &str| naming.layer(i, w, fam);
+        let ([wq, wk, wv], [w_gate, w_up]) = if fam.fused {
+            let qkv = b.split(&n("attn_qkv.weight"), d, &[q, kv, kv])?;
+            let gu = b.split(&n("ffn_up.weight"), d, &[f, f])?;
+            ([qkv[0], qkv[1], qkv[2]], [gu[0], gu[1]])
+        } else {
+            (
+                [
+                    b.matrix(&n("attn_q.weight"), d, q)?,
+                    b.matrix(&n("attn_k.weight"), d, kv)?,
+                    b.matrix(&n("attn_v.weight"), d, kv)?,
+                ],
+                [
+                    b.matrix(&n("ffn_gate.weight"), d, f)?,
+                    b.matrix(&n("ffn_up.weight"), d, f)?,
+                ],
+            )
+        };
+        let post = fam.post_norms;
         layers.push(LayerWeights {
-            attn_norm: b.vector(&n("attn_norm.weight"), d)?,
-            wq: b.matrix(&n("attn_q.weight"), d, q)?,
-            wk: b.matrix(&n("attn_k.weight"), d, kv)?,
-            wv: b.matrix(&n("attn_v.weight"), d, kv)?,
+            attn_norm: b.norm(&n("attn_norm.weight"), d, off)?,
+            wq,
+            wk,
+            wv,
             wo: b.matrix(&n("attn_output.weight"), q, d)?,
             bq: b.opt_vector(&n("attn_q.bias"), q, fam.qkv_bias)?,
             bk: b.opt_vector(&n("attn_k.bias"), kv, fam.qkv_bias)?,
             bv: b.opt_vector(&n("attn_v.bias"), kv, fam.qkv_bias)?,
-            q_norm: b.opt_vector(&n("attn_q_norm.weight"), cfg.head_dim, fam.qk_norm)?,
-            k_norm: b.opt_vector(&n("attn_k_norm.weight"), cfg.head_dim, fam.qk_norm)?,
-            ffn_norm: b.vector(&n("ffn_norm.weight"), d)?,
-            w_gate: b.matrix(&n("ffn_gate.weight"), d, f)?,
-            w_up: b.matrix(&n("ffn_up.weight"), d, f)?,
+            q_norm: b.opt_norm(&n("attn_q_norm.weight"), cfg.head_dim, fam.qk_norm, off)?,
+            k_norm: b.opt_norm(&n("attn_k_norm.weight"), cfg.head_dim, fam.qk_norm, off)?,
+            ffn_norm: b.norm(&n("ffn_norm.weight"), d, off)?,
+            post_attn_norm: b.opt_norm(&n("post_attention_norm.weight"), d, post, off)?,
+            post_ffn_norm: b.opt_norm(&n("post_ffw_norm.weight"), d, post, off)?,
+            w_gate,
+            w_up,
             w_down: b.matrix(&n("ffn_down.weight"), f, d)?,
         });
     }
+    let rope_freqs = match (naming, src.tensor("rope_freqs.weight")) {
+        (Naming::Gguf, Some(_)) => Some(b.vector("rope_freqs.weight", cfg.rope_dim / 2)?),
+        _ => None,
+    };
     Ok(Weights {
         embed,
-        norm: b.vector(naming.global("norm"), d)?,
+        norm: b.norm(naming.global("norm"), d, off)?,
         output,
         tied_output,
         layers,
+        rope_freqs,
     })
 }
 

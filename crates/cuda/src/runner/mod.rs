@@ -88,6 +88,18 @@ impl CudaRunner {
         max_rows: usize,
     ) -> Result<CudaRunner> {
         let cfg = &model.config;
+        // The device forward runs the plain decoder's ops; a plan that needs more is refused
+        // here rather than run wrong.
+        let needs = model.plan.needs_beyond_plain(cfg.head_dim);
+        if !needs.is_empty() {
+            return Err(CudaError::Usage(format!(
+                "{} ({}) needs {}, which the CUDA backend does not run yet; serve it on the CPU \
+                 (--device cpu)",
+                model.path().display(),
+                cfg.family.name,
+                needs.join(", ")
+            )));
+        }
         crate::rowops::AttnDims {
             rows: 1,
             n_heads: cfg.n_heads,

@@ -6,6 +6,10 @@
 //! and value sums in ascending key order (one FMA per key and dimension). Chunks are merged in
 //! ascending order with one formula. Decode, verify and chunked prefill all run exactly this, so a
 //! row's output does not depend on what else is in the call.
+//!
+//! A sliding-window row sees only the keys `first..=p`: it visits the same grid of chunks (fixed
+//! by absolute position), starting at the chunk that holds `first`, and skips the keys before
+//! `first` in that chunk, so the window changes which keys are read, never the order.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -26,7 +30,9 @@ pub const KEY_CHUNK: usize = 32;
 pub struct RowKeys<'a> {
     /// The sequence's block table.
     pub table: &'a [BlockId],
-    /// Keys at positions `0..n_keys` (the row's own position is `n_keys - 1`).
+    /// Keys at positions `first..n_keys` (the row's own position is `n_keys - 1`): `first` is 0
+    /// for full attention and `n_keys - window` for a sliding window of `window` keys.
+    pub first: usize,
     pub n_keys: usize,
     /// Where positions live in the cache: `None` = position p in slot p. Tree drafts place
     /// branch tokens in other slots.
@@ -41,6 +47,21 @@ pub struct KeyRemap<'a> {
 }
 
 impl RowKeys<'_> {
+    /// Whether the row sees fewer keys than its position's whole prefix.
+    #[inline(always)]
+    pub fn windowed(&self) -> bool {
+        self.first > 0
+    }
+
+    /// The canonical chunks the row visits: `(chunk start, first key read in it)`.
+    #[inline(always)]
+    pub fn chunks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let start = self.first / KEY_CHUNK * KEY_CHUNK;
+        (start..self.n_keys)
+            .step_by(KEY_CHUNK)
+            .map(|c0| (c0, c0.max(self.first)))
+    }
+
     #[inline(always)]
     pub fn slot(&self, pos: usize) -> usize {
         match self.remap {
@@ -51,6 +72,9 @@ impl RowKeys<'_> {
 }
 
 pub struct AttnShape {
+    /// Scores become `cap * tanh(score / cap)` (Gemma 2's attention-logit soft-capping), with
+    /// [`canon::tanh`]; such calls run the portable body.
+    pub softcap: Option<f32>,
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -79,7 +103,8 @@ pub fn attention(
         return attention_reference(pool, level, shape, q, rows, kv, out);
     }
     #[cfg(target_arch = "x86_64")]
-    if level >= SimdLevel::Avx512Vnni && avx512::supports(shape.head_dim) {
+    if level >= SimdLevel::Avx512Vnni && avx512::supports(shape.head_dim) && shape.softcap.is_none()
+    {
         return attention_avx512(pool, shape, q, rows, kv, out);
     }
     head_jobs(pool, level, shape, q, rows, kv, out, group);
@@ -146,6 +171,26 @@ fn attention_avx512(
         for job in range {
             let (rr, kvh) = (groups[job / kvn].clone(), job % kvn);
             let (h0, w) = (kvh * group * hd, group * hd);
+            if rows[rr.start].windowed() {
+                // A sliding-window row (always alone in its group) runs the portable body:
+                // the same operations as the AVX-512 rows, over the keys of its window.
+                let r = rr.start;
+                let qr = &q[r * qd + h0..r * qd + h0 + w];
+                group_heads(
+                    SimdLevel::Avx512Vnni,
+                    shape,
+                    qr,
+                    kvh,
+                    &rows[r],
+                    &kv,
+                    &mut o[..w],
+                );
+                for (d, v) in o[..w].iter().enumerate() {
+                    // SAFETY: each (row, KV head) pair belongs to one job, which writes its slice.
+                    unsafe { dst.write(r * qd + h0 + d, *v) };
+                }
+                continue;
+            }
             let n = rr.len() * w;
             for (i, r) in rr.clone().enumerate() {
                 qg[i * w..(i + 1) * w].copy_from_slice(&q[r * qd + h0..r * qd + h0 + w]);
@@ -172,6 +217,8 @@ fn row_groups(rows: &[RowKeys], max: usize) -> Vec<std::ops::Range<usize>> {
             let (a, b) = (&rows[r - 1], &rows[r]);
             a.remap.is_none()
                 && b.remap.is_none()
+                && !a.windowed()
+                && !b.windowed()
                 && std::ptr::eq(a.table, b.table)
                 && b.n_keys == a.n_keys + 1
         };
@@ -226,7 +273,7 @@ fn group_heads(
 ) {
     #[cfg(target_arch = "x86_64")]
     if level >= SimdLevel::Avx2 {
-        if avx2::supports(shape.head_dim) {
+        if avx2::supports(shape.head_dim) && !keys.windowed() && shape.softcap.is_none() {
             // SAFETY: AVX2+FMA were detected; the head size was checked.
             unsafe { avx2::heads(shape, q, kvh, keys, kv, out) };
         } else {
@@ -275,21 +322,24 @@ fn group_body(
     let mut oc = vec![0f32; g_n * hd];
     out.fill(0.0);
     let mut first = true;
-    for c0 in (0..keys.n_keys).step_by(KEY_CHUNK) {
+    for (c0, from) in keys.chunks() {
         let c1 = (c0 + KEY_CHUNK).min(keys.n_keys);
         m[..g_n].fill(f32::NEG_INFINITY);
-        for p in c0..c1 {
+        for p in from..c1 {
             let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
             let k = &kv.k[off..off + hd];
             for g in 0..g_n {
-                let s = canon::dot(level, &q[g * hd..(g + 1) * hd], k) * shape.scale;
+                let mut s = canon::dot(level, &q[g * hd..(g + 1) * hd], k) * shape.scale;
+                if let Some(cap) = shape.softcap {
+                    s = cap * canon::tanh(s / cap);
+                }
                 scores[g][p - c0] = s;
                 m[g] = m[g].max(s);
             }
         }
         l[..g_n].fill(0.0);
         oc.fill(0.0);
-        for p in c0..c1 {
+        for p in from..c1 {
             let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
             let v = &kv.v[off..off + hd];
             for g in 0..g_n {

@@ -1,12 +1,10 @@
 //! Qwen3: no biases, RMSNorm on each q and k head before RoPE; Neox rotary pairs.
 use crate::Family;
-use tf_kernels::ops::RopeStyle;
 
 pub static FAMILY: Family = Family {
     name: "qwen3",
     gguf_arch: "qwen3",
     hf_names: &["Qwen3ForCausalLM", "qwen3"],
-    qkv_bias: false,
     qk_norm: true,
-    gguf_rope: RopeStyle::Neox,
+    ..Family::LLAMA_LIKE
 };

@@ -1,0 +1,141 @@
+//! The engine's contract on every family the layer plan adds (tiny synthetic GGUF models of each
+//! family's layout and tensor types, sliding windows shorter than the prompts): drafted replies
+//! equal serial ones (context copies forced, a draft model), concurrent requests equal their
+//! solo runs, and a conversation resumed from the prefix cache equals the same conversation
+//! served fresh, all by `token_sha`.
+
+mod common;
+
+use common::*;
+use std::sync::Arc;
+use tf_core::{DType, TokenId};
+use tf_engine::{EngineConfig, Request};
+use tf_models::synth::{synth_gguf, SynthSpec};
+use tf_models::Model;
+use tf_weights::GgufFile;
+
+/// Keys a sliding layer sees: shorter than every prompt below, not a multiple of the KV block
+/// or the attention chunk.
+const WINDOW: usize = 21;
+
+/// A tiny model of `arch` (`layers` layers; a draft of the same seed with fewer layers is its
+/// first layers).
+fn family_model(arch: &'static str, dtype: DType, seed: u64, layers: usize) -> Arc<Model> {
+    let mut spec = SynthSpec::tiny(arch, dtype);
+    spec.seed = seed;
+    spec.n_layers = layers;
+    spec.sliding_window = Some(WINDOW);
+    let mut bytes = synth_gguf(&spec).to_bytes();
+    centre(&mut bytes, seed, CENTRED);
+    let gguf = GgufFile::from_bytes(bytes, "tiny.gguf").unwrap();
+    Arc::new(Model::from_gguf(gguf).unwrap())
+}
+
+/// (family, tensor type, layers): Gemma 3 with five sliding layers and a global one, Gemma 2
+/// alternating, Phi-3's fused tensors with every layer sliding.
+const FAMILIES: [(&str, DType, usize); 3] = [
+    ("gemma3", DType::Q4K, 6),
+    ("gemma2", DType::Q8_0, 2),
+    ("phi3", DType::Q4_1, 2),
+];
+
+fn families() -> Vec<Pair> {
+    FAMILIES
+        .iter()
+        .enumerate()
+        .map(|(i, &(arch, dtype, layers))| {
+            let seed = 60 + i as u64;
+            let target = family_model(arch, dtype, seed, layers);
+            let slides = (0..layers)
+                .filter(|&l| target.config.layer_slides(l))
+                .count();
+            assert!(slides > 0, "{arch}: no sliding layer");
+            Pair {
+                name: format!("{arch} {dtype:?}"),
+                draft: family_model(arch, dtype, seed, 1),
+                target,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn drafted_equals_serial_on_every_family() {
+    for pair in families() {
+        let mut drafted = 0;
+        for sampled in [false, true] {
+            for seed in 1..3u64 {
+                let req = request(seed, sampled, 30 + 41 * seed as usize, 40);
+                let want = serial(&pair.target, &req);
+                for (mode, draft, min_drafts) in [
+                    ("copies forced", false, 3),
+                    ("draft model", true, 0),
+                    ("draft model forced", true, 2),
+                ] {
+                    let what = format!("{} seed {seed} sampled {sampled} {mode}", pair.name);
+                    let d = draft.then_some(&pair.draft);
+                    let got = solo(&pair.target, d, drafting(min_drafts), &req);
+                    assert_same(&got, &want, &what);
+                    assert_forced(&got, min_drafts, &what);
+                    drafted += got.receipt.drafted;
+                }
+            }
+        }
+        assert!(drafted > 0, "{}: nothing was drafted", pair.name);
+    }
+}
+
+#[test]
+fn concurrent_equals_solo_on_every_family() {
+    let mut rng = Rng(17);
+    for pair in families() {
+        let reqs: Vec<Request> = (0..6)
+            .map(|i| request(700 + i, i % 2 == 1, 8 + rng.below(120), 12 + rng.below(30)))
+            .collect();
+        let want: Vec<Run> = reqs.iter().map(|r| serial(&pair.target, r)).collect();
+        for (mode, draft, min_drafts) in [("copies", false, 2), ("draft model", true, 0)] {
+            let config = EngineConfig {
+                max_step_rows: 24,
+                ..drafting(min_drafts)
+            };
+            let mut b = bench(
+                &pair.target,
+                draft.then_some(&pair.draft),
+                2,
+                config,
+                KV_POSITIONS,
+            );
+            let arrivals = reqs.iter().map(|r| (rng.below(20), r.clone())).collect();
+            let runs = run_all(&mut b, arrivals);
+            for (i, (run, want)) in runs.iter().zip(&want).enumerate() {
+                assert_same(run, want, &format!("{} {mode}: request {i}", pair.name));
+            }
+        }
+    }
+}
+
+#[test]
+fn resumed_equals_fresh_on_every_family() {
+    for (p, pair) in families().iter().enumerate() {
+        let mut b = bench(
+            &pair.target,
+            Some(&pair.draft),
+            2,
+            drafting(0),
+            KV_POSITIONS,
+        );
+        let mut req = request(800 + p as u64, p % 2 == 0, 40, 20);
+        for turn in 0..5u64 {
+            let run = run_all(&mut b, vec![(0, req.clone())]).pop().unwrap();
+            let what = format!("{} turn {turn}", pair.name);
+            assert_same(&run, &serial(&pair.target, &req), &what);
+            if turn > 0 {
+                assert!(run.receipt.cached_tokens >= 16, "{what}: nothing resumed");
+            }
+            let mut next: Vec<TokenId> = req.prompt.clone();
+            next.extend(&run.tokens);
+            next.extend(prompt(900 + turn, 15 + 7 * turn as usize));
+            req.prompt = next;
+        }
+    }
+}

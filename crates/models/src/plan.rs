@@ -1,0 +1,179 @@
+//! The layer plan: a model's decoder as data. A family's config reading produces a
+//! [`ModelConfig`]; [`Plan::new`] turns it into what the forward walks, layer by layer, so a new
+//! family is a descriptor (`families/<name>/`) and, at most, a new op — never a new forward.
+//! A backend checks the plan at load and refuses a model whose ops it lacks
+//! ([`Plan::needs_beyond_plain`]).
+
+use crate::config::ModelConfig;
+use crate::registry::Mlp;
+use tf_kernels::ops::{RopeStyle, RopeTable};
+
+/// One rotary embedding of the model (global layers, and the sliding layers where they differ).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeSpec {
+    /// Rotated dimensions of each head (the rest pass through).
+    pub dim: usize,
+    pub base: f32,
+    pub style: RopeStyle,
+    /// Divisor of each rotary pair's frequency (empty: none).
+    pub factors: Vec<f64>,
+}
+
+impl RopeSpec {
+    pub fn table(&self, max_pos: usize) -> RopeTable {
+        RopeTable::with_factors(self.dim, self.base, &self.factors, max_pos)
+    }
+}
+
+/// One decoder layer: attention, then the MLP, each as `x + post_norm(f(norm(x)))`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerPlan {
+    /// Keys visible to a row (its own position included); `None` = every earlier key.
+    pub window: Option<usize>,
+    /// Index into [`Plan::ropes`].
+    pub rope: usize,
+    pub attn_scale: f32,
+    pub attn_softcap: Option<f32>,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    pub mlp: Mlp,
+    /// RMSNorm of the attention and MLP outputs before the residual add.
+    pub post_norms: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Token embeddings are multiplied by this.
+    pub embed_scale: Option<f32>,
+    pub ropes: Vec<RopeSpec>,
+    pub layers: Vec<LayerPlan>,
+    /// `cap * tanh(logit / cap)` on the output logits.
+    pub final_softcap: Option<f32>,
+}
+
+impl Plan {
+    /// The plan of `cfg`; `file_factors` are rotary frequency divisors stored in the model file
+    /// (a Llama 3.x GGUF), which take the place of the config's scaling.
+    pub fn new(cfg: &ModelConfig, file_factors: Option<&[f32]>) -> Plan {
+        let fam = cfg.family;
+        let global_factors = match file_factors {
+            Some(f) => f.iter().map(|&v| v as f64).collect(),
+            None => cfg.rope_scaling.factors(cfg.rope_dim, cfg.rope_base),
+        };
+        let mut ropes = vec![RopeSpec {
+            dim: cfg.rope_dim,
+            base: cfg.rope_base,
+            style: cfg.rope_style,
+            factors: global_factors,
+        }];
+        let slides = (0..cfg.n_layers).any(|l| cfg.layer_slides(l));
+        if slides && cfg.rope_local_base.is_some() {
+            ropes.push(RopeSpec {
+                dim: cfg.rope_dim,
+                base: cfg.rope_local_base.unwrap_or(cfg.rope_base),
+                style: cfg.rope_style,
+                factors: Vec::new(),
+            });
+        }
+        let layers = (0..cfg.n_layers)
+            .map(|l| {
+                let slide = cfg.layer_slides(l);
+                LayerPlan {
+                    window: if slide { cfg.sliding_window } else { None },
+                    rope: if slide { ropes.len() - 1 } else { 0 },
+                    attn_scale: cfg.attn_scale,
+                    attn_softcap: cfg.attn_softcap,
+                    qkv_bias: fam.qkv_bias,
+                    qk_norm: fam.qk_norm,
+                    mlp: fam.mlp,
+                    post_norms: fam.post_norms,
+                }
+            })
+            .collect();
+        Plan {
+            embed_scale: fam.embed_scale.then(|| (cfg.d_model as f32).sqrt()),
+            ropes,
+            layers,
+            final_softcap: cfg.final_softcap,
+        }
+    }
+
+    /// One line for `info`: attention kinds by layer count, MLP, norms, scales.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        let sliding: Vec<&LayerPlan> = self.layers.iter().filter(|l| l.window.is_some()).collect();
+        let rope_of = |l: &LayerPlan| {
+            let r = &self.ropes[l.rope];
+            let scaled = if r.factors.is_empty() { "" } else { ", scaled" };
+            format!("rope base {}{scaled}", r.base)
+        };
+        if let Some(l) = sliding.first() {
+            let w = l.window.unwrap_or(0);
+            parts.push(format!(
+                "{} sliding (window {w}, {})",
+                sliding.len(),
+                rope_of(l)
+            ));
+        }
+        let global = self.layers.iter().find(|l| l.window.is_none());
+        if let Some(l) = global {
+            let n = self.layers.len() - sliding.len();
+            parts.push(format!("{n} global ({})", rope_of(l)));
+        }
+        if let Some(l) = self.layers.first() {
+            parts.push(format!("{:?}", l.mlp));
+            if l.post_norms {
+                parts.push("post norms".into());
+            }
+            if let Some(c) = l.attn_softcap {
+                parts.push(format!("attention soft-cap {c}"));
+            }
+        }
+        if let Some(s) = self.embed_scale {
+            parts.push(format!("embeddings x{s:.3}"));
+        }
+        if let Some(c) = self.final_softcap {
+            parts.push(format!("logit soft-cap {c}"));
+        }
+        parts.join("; ")
+    }
+
+    /// The widest sliding window, when every layer slides (then a sequence needs keys only that
+    /// far back); `None` when some layer reads the whole prefix.
+    pub fn all_windowed(&self) -> Option<usize> {
+        self.layers
+            .iter()
+            .map(|l| l.window)
+            .collect::<Option<Vec<_>>>()?
+            .into_iter()
+            .max()
+    }
+
+    /// The ops this plan uses beyond the plain Llama/Qwen decoder (full attention scaled by
+    /// `head_dim^-1/2`, SwiGLU, pre-norms only, one unscaled RoPE, unscaled embeddings), by name:
+    /// what a backend that runs only the plain decoder must refuse.
+    pub fn needs_beyond_plain(&self, head_dim: usize) -> Vec<&'static str> {
+        let mut needs = Vec::new();
+        let mut add = |cond: bool, what: &'static str| {
+            if cond && !needs.contains(&what) {
+                needs.push(what);
+            }
+        };
+        add(self.embed_scale.is_some(), "scaled embeddings");
+        add(self.final_softcap.is_some(), "final-logit soft-capping");
+        add(self.ropes.len() > 1, "a second RoPE base");
+        add(
+            self.ropes.iter().any(|r| !r.factors.is_empty()),
+            "RoPE frequency scaling",
+        );
+        let plain_scale = 1.0 / (head_dim as f32).sqrt();
+        for l in &self.layers {
+            add(l.window.is_some(), "sliding-window attention");
+            add(l.attn_softcap.is_some(), "attention-logit soft-capping");
+            add(l.attn_scale != plain_scale, "a custom attention scale");
+            add(l.mlp != Mlp::SwiGlu, "GeGLU");
+            add(l.post_norms, "post-attention and post-MLP norms");
+        }
+        needs
+    }
+}
