@@ -223,6 +223,67 @@ LLAMA3_LIKE = r"""{{- bos_token }}
 {{- eos_token if messages|length == 0 else "" }}
 """
 
+# In the style of Gemma 2/3: no system role (a leading system message becomes the head of the
+# first user turn), `model` for the assistant, strict user/model alternation enforced with
+# raise_exception, content trimmed, list content of text parts.
+GEMMA_LIKE = r"""{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- set head = (messages[0]['content'] if messages[0]['content'] is string else messages[0]['content'][0]['text']) + '\n\n' -%}
+    {%- set turns = messages[1:] -%}
+{%- else -%}
+    {%- set head = '' -%}
+    {%- set turns = messages -%}
+{%- endif -%}
+{%- for m in turns -%}
+    {%- if (m['role'] == 'user') != (loop.index0 is even) -%}
+        {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif -%}
+    {{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\n' + (head if loop.first else '') }}
+    {%- if m['content'] is string -%}
+        {{ m['content'] | trim }}
+    {%- else -%}
+        {%- for part in m['content'] if part['type'] == 'text' -%}
+            {{ part['text'] | trim }}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{ '<start_of_turn>model\n' }}
+{%- endif -%}
+"""
+
+# In the style of Phi-3: a marker per role, `<|end|>` after each message, the generation prompt
+# opens an assistant turn.
+PHI3_LIKE = r"""{% for message in messages %}{% if message['role'] in ['system', 'user', 'assistant'] %}{{'<|' + message['role'] + '|>' + '\n' + (message['content'] or '') + '<|end|>' + '\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"""
+
+# In the style of Mistral's [INST] templates: the system message goes before the last user turn,
+# alternation checked, assistant turns closed by the eos token.
+MISTRAL_LIKE = r"""{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif %}
+    {%- if message['role'] == 'user' %}
+        {%- if loop.last and system_message is defined %}
+            {{- '[INST] ' + system_message + '\n\n' + message['content'] + '[/INST]' }}
+        {%- else %}
+            {{- '[INST] ' + message['content'] + '[/INST]' }}
+        {%- endif %}
+    {%- elif message['role'] == 'assistant' %}
+        {{- ' ' + message['content'] + eos_token }}
+    {%- else %}
+        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
+    {%- endif %}
+{%- endfor %}
+"""
+
 TOOLS = [
     {
         "type": "function",
@@ -299,6 +360,12 @@ CONVERSATIONS = {
         {"role": "assistant", "reasoning_content": "reasoning two", "content": "A2"},
     ],
     "unknown-role": [{"role": "narrator", "content": "Once upon a time"}],
+    "system-list-content": [
+        {"role": "system", "content": [{"type": "text", "text": "Answer in French."}]},
+        {"role": "user", "content": [{"type": "text", "text": "  Hello  "}, {"type": "text", "text": "there"}]},
+        {"role": "assistant", "content": "Bonjour."},
+        {"role": "user", "content": "Merci"},
+    ],
 }
 
 # Conversations that use tools get the tool list; others are rendered without (tools=None).
@@ -501,6 +568,9 @@ def main():
             "eos_token": tokens[eos] if eos is not None else None,
         }
     templates["qwen3-like"] = {"source": QWEN3_LIKE, "bos_token": None, "eos_token": "<|im_end|>"}
+    templates["gemma-like"] = {"source": GEMMA_LIKE, "bos_token": "<bos>", "eos_token": "<eos>"}
+    templates["phi3-like"] = {"source": PHI3_LIKE, "bos_token": "<s>", "eos_token": "<|endoftext|>"}
+    templates["mistral-like"] = {"source": MISTRAL_LIKE, "bos_token": "<s>", "eos_token": "</s>"}
     templates["llama3-like"] = {
         "source": LLAMA3_LIKE,
         "bos_token": "<|begin_of_text|>",

@@ -1,7 +1,8 @@
 //! Chat templates render byte-identical to Python Jinja2 as Hugging Face transformers sets it up
 //! (fixtures from scripts/gen_text_fixtures.py: the three test models' templates, a Qwen3 template
 //! with `<think>`/`enable_thinking`, a Llama-3-style one with `tojson(indent=4)`,
-//! `raise_exception` and `strftime_now`).
+//! `raise_exception` and `strftime_now`, and Gemma-, Phi-3- and Mistral-style ones: a system
+//! message folded into the first user turn, role alternation enforced, list content).
 
 mod common;
 
