@@ -170,7 +170,11 @@ impl ModelConfig {
             rope_dim: u_or("rope.dimension_count", head_dim)?,
             rope_style: family.gguf_rope,
             rope_scaling,
-            rope_local_base: family.local_rope_base,
+            // Gemma 3 converters write the sliding layers' base; older files leave the family's.
+            rope_local_base: match family.local_rope_base {
+                Some(d) => Some(f_or("rope.freq_base_swa", d)?),
+                None => None,
+            },
             norm_eps: f_or("attention.layer_norm_rms_epsilon", 1e-6)?,
             context_len: u_or("context_length", 4096)?,
             sliding_window: match u_or("attention.sliding_window", 0)? {
@@ -237,7 +241,12 @@ impl ModelConfig {
                 })
             }
         };
-        let partial = f_or("partial_rotary_factor", 1.0);
+        // transformers 5 moves it into `rope_parameters`.
+        let partial = config
+            .get("rope_parameters")
+            .and_then(|p| p.get("partial_rotary_factor"))
+            .and_then(Value::as_f64)
+            .map_or_else(|| f_or("partial_rotary_factor", 1.0), |v| v as f32);
         let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
         let sliding_layers = config
             .get("layer_types")
@@ -384,24 +393,25 @@ fn hf_rope(config: &Value, kind: &str, src: &str) -> Result<(f32, RopeScaling)> 
                 what: format!("rope scaling '{kind_of}' needs a number '{k}'"),
             })
     };
-    let scaling =
-        match kind_of {
-            "default" => RopeScaling::None,
-            "linear" => RopeScaling::Linear {
-                factor: num("factor")?,
-            },
-            "llama3" => RopeScaling::Llama3 {
-                factor: num("factor")?,
-                low_freq_factor: num("low_freq_factor")?,
-                high_freq_factor: num("high_freq_factor")?,
-                original_context: num("original_max_position_embeddings")?,
-            },
-            other => return Err(ModelError::Config {
+    let scaling = match kind_of {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear {
+            factor: num("factor")?,
+        },
+        "llama3" => RopeScaling::Llama3 {
+            factor: num("factor")?,
+            low_freq_factor: num("low_freq_factor")?,
+            high_freq_factor: num("high_freq_factor")?,
+            original_context: num("original_max_position_embeddings")?,
+        },
+        other => {
+            return Err(ModelError::Config {
                 source_path: src.to_string(),
                 what: format!(
                     "rope scaling type '{other}' is not supported (default, linear, llama3 are)"
                 ),
-            }),
-        };
+            })
+        }
+    };
     Ok((base, scaling))
 }

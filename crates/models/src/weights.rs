@@ -49,7 +49,9 @@ impl Naming {
                     "ffn_gate.weight" => "mlp.gate_proj.weight",
                     "ffn_up.weight" => "mlp.up_proj.weight",
                     "ffn_down.weight" => "mlp.down_proj.weight",
-                    _ => unreachable!("unknown layer tensor {what}"),
+                    // A tensor of another family's layout (asked for, unused, by optional
+                    // tensors): its GGUF-style name, which no HF checkpoint has.
+                    _ => what,
                 };
                 format!("model.layers.{i}.{hf}")
             }
@@ -187,7 +189,9 @@ pub fn bind<'a>(
     };
     let fam = cfg.family;
     let off = naming == Naming::Hf && fam.hf_norm_offset;
-    let mut layers = Vec::with_capacity(cfg.n_layers);
+    // Grown as layers bind (not reserved from `block_count`, which a corrupt file can make huge:
+    // the first missing tensor ends the loop).
+    let mut layers = Vec::new();
     for i in 0..cfg.n_layers {
         let n = |w: &str| naming.layer(i, w, fam);
         let ([wq, wk, wv], [w_gate, w_up]) = if fam.fused {
