@@ -220,15 +220,24 @@ fn run_one(handle: &EngineHandle, req: Request) -> Result<Timed> {
     bail!("the engine stopped before the request finished")
 }
 
-fn prompt_ids(cell: Cell, i: usize, tok: &Tokenizer, template: &ChatTemplate) -> Result<Vec<u32>> {
-    let text = if cell.chat() {
-        let messages = [serde_json::json!({"role": "user", "content": cell.text(i)})];
-        template.render(&messages, None, true, &template_kwargs())?
-    } else {
-        cell.text(i)
+/// Run `i`'s prompt: a chat cell's message through the chat template, or (a base model without
+/// one) as plain text like a code cell's.
+fn prompt_ids(
+    cell: Cell,
+    i: usize,
+    tok: &Tokenizer,
+    template: Option<&ChatTemplate>,
+) -> Result<Vec<u32>> {
+    let templated = template.filter(|_| cell.chat());
+    let text = match templated {
+        Some(t) => {
+            let messages = [serde_json::json!({"role": "user", "content": cell.text(i)})];
+            t.render(&messages, None, true, &template_kwargs())?
+        }
+        None => cell.text(i),
     };
     let mut ids = Vec::new();
-    if tok.add_bos() && !cell.chat() {
+    if tok.add_bos() && templated.is_none() {
         ids.extend(tok.bos_id());
     }
     ids.extend(tok.encode(&text, true)?);
@@ -268,12 +277,17 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
         global,
     )?;
     let tok = lanes.tokenizer;
-    let template = ChatTemplate::new(
-        tok.chat_template()
-            .ok_or_else(|| anyhow!("the model has no chat template"))?,
-        tok.bos_token_text(),
-        tok.eos_token_text(),
-    )?;
+    let template = match tok.chat_template() {
+        Some(t) => Some(ChatTemplate::new(
+            t,
+            tok.bos_token_text(),
+            tok.eos_token_text(),
+        )?),
+        None => {
+            eprintln!("bench: the model has no chat template; chat cells send their message as plain text");
+            None
+        }
+    };
     eprintln!(
         "bench: {} + draft {}; forward cost of 1/2/4/8/16/32 rows: {}",
         spec,
@@ -290,7 +304,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     );
     let (handle, _join) = EngineHandle::spawn(lanes.engine);
     let request = |cell: Cell, i: usize, n: usize, draft: bool| -> Result<Request> {
-        let mut req = Request::new(prompt_ids(cell, i, &tok, &template)?, n);
+        let mut req = Request::new(prompt_ids(cell, i, &tok, template.as_ref())?, n);
         req.ignore_eos = true;
         req.stop_tokens = tok.eog_ids().to_vec();
         req.draft = draft;
