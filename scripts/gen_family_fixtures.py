@@ -37,20 +37,12 @@ Run (deterministic: a rerun rewrites identical files):
 
     python3 -m venv /tmp/oracle-venv
     /tmp/oracle-venv/bin/pip install torch transformers safetensors numpy sentencepiece protobuf
-    # llama.cpp's converter, from the llama-cpp-python source package (its vendored llama.cpp).
-    # Fetch the sdist file itself: `pip download --no-deps --no-binary :all: llama-cpp-python`
-    # also works but first builds its build dependencies (cmake, ninja) from source.
-    mkdir -p /tmp/lcp && cd /tmp/lcp && /tmp/oracle-venv/bin/python -c "if 1:
-        import json, urllib.request as u, urllib.parse as p, hashlib
-        api = 'https://pypi.org/pypi/llama-cpp-python/json'
-        rel = json.load(u.urlopen(api))['releases']['0.3.36']
-        f = [f for f in rel if f['packagetype'] == 'sdist'][0]
-        data = u.urlopen(p.urljoin(api, f['url'])).read()
-        assert hashlib.sha256(data).hexdigest() == f['digests']['sha256']
-        open(f['filename'], 'wb').write(data)"
-    tar xzf /tmp/lcp/llama_cpp_python-0.3.36.tar.gz -C /tmp/lcp && cd -
+    # llama.cpp's converter, from the llama-cpp-python source package (its vendored llama.cpp,
+    # extracted by scripts/build-llama-cpp, which also builds the bench tools; only the source is
+    # needed here).
+    scripts/build-llama-cpp
     /tmp/oracle-venv/bin/python scripts/gen_family_fixtures.py \\
-        --llama-cpp /tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp [--only gemma3,phi3]
+        --llama-cpp target/llama.cpp/src/llama.cpp [--only gemma3,phi3]
 
 Generated with torch 2.15.0, transformers 5.25.0, llama-cpp-python 0.3.36 (see logits.json).
 """
