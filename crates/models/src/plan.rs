@@ -1,8 +1,9 @@
 //! The layer plan: a model's decoder as data. A family's config reading produces a
 //! [`ModelConfig`]; [`Plan::new`] turns it into what the forward walks, layer by layer, so a new
 //! family is a descriptor (`families/<name>/`) and, at most, a new op — never a new forward.
-//! A backend checks the plan at load and refuses a model whose ops it lacks
-//! ([`Plan::needs_beyond_plain`]).
+//! [`walk`] is the forward: it calls a backend's [`LayerOps`] in the plan's order, so the CPU
+//! and the CUDA backend run one forward with their own kernels. A backend checks the plan at
+//! load and refuses a model whose ops it lacks ([`Plan::needs_beyond_plain`]).
 
 use crate::config::ModelConfig;
 use crate::registry::Mlp;
@@ -176,4 +177,39 @@ impl Plan {
         }
         needs
     }
+}
+
+/// The op set every backend implements over the rows of one forward call. Each op reads and
+/// writes the backend's own buffers: the residual stream `x`, the normalized rows `h`, the
+/// attention output `att`. An op does everything its layer plan asks of its part of the layer
+/// (or refuses at load what it cannot), and a backend may fuse inside an op, never across the
+/// order [`walk`] gives.
+pub trait LayerOps {
+    type Error;
+    /// `x` = the rows' token embeddings, times the plan's scale; `h` = layer 0's `attn_norm(x)`.
+    fn embed(&mut self, plan: &Plan) -> Result<(), Self::Error>;
+    /// q, k, v from `h`; biases, per-head q/k norms, RoPE with the layer's table; each row's key
+    /// and value written into the cache.
+    fn qkv(&mut self, layer: usize, lp: &LayerPlan) -> Result<(), Self::Error>;
+    /// `att` = each row's attention over its keys (the layer's window, scale and soft-cap).
+    fn attention(&mut self, layer: usize, lp: &LayerPlan) -> Result<(), Self::Error>;
+    /// `x += post_norm(att · wo)`; `h = ffn_norm(x)`.
+    fn attn_out(&mut self, layer: usize, lp: &LayerPlan) -> Result<(), Self::Error>;
+    /// `x += post_norm(down(act(h · gate) * (h · up)))`; then `h` = the next layer's
+    /// `attn_norm(x)` (nothing after the last layer).
+    fn mlp(&mut self, layer: usize, lp: &LayerPlan, last: bool) -> Result<(), Self::Error>;
+}
+
+/// The decoder forward, once for every backend: the plan's layers in order. (The output head
+/// follows, in the backend's own form: logits, greedy ids or draws.)
+pub fn walk<O: LayerOps>(plan: &Plan, ops: &mut O) -> Result<(), O::Error> {
+    ops.embed(plan)?;
+    let n = plan.layers.len();
+    for (layer, lp) in plan.layers.iter().enumerate() {
+        ops.qkv(layer, lp)?;
+        ops.attention(layer, lp)?;
+        ops.attn_out(layer, lp)?;
+        ops.mlp(layer, lp, layer + 1 == n)?;
+    }
+    Ok(())
 }

@@ -1,11 +1,12 @@
-//! The decoder forward pass of every family: it walks the model's [`Plan`](crate::Plan) layer by
-//! layer, over rows of any number of sequences. Each op is row-exact, so a row's logits are the
-//! same whatever else is in the call.
+//! The CPU backend of the forward: [`LayerOps`] over host buffers, walked by
+//! [`walk`](crate::plan::walk) in the plan's order, then the output head. Each op is row-exact,
+//! so a row's logits are the same whatever else is in the call.
 
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 use crate::model::{Model, Row};
+use crate::plan::{walk, LayerOps, LayerPlan, Plan};
 use crate::registry::Mlp;
-use crate::weights::with_panel;
+use crate::weights::{with_panel, Panels};
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
 use tf_kernels::kv::KvCache;
 use tf_kernels::matmul::{matmul, matmul_cols, Activations};
@@ -16,20 +17,6 @@ fn norm_rows(model: &Model, x: &[f32], w: &[f32], out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
         rms_norm(model.level, xr, w, model.config.norm_eps, or);
-    }
-}
-
-/// `x += post_norm(o)` where the layer has a post norm, else `x += o`.
-fn add_residual(model: &Model, x: &mut [f32], o: &[f32], post: &Option<Vec<f32>>, h: &mut [f32]) {
-    let o: &[f32] = match post {
-        Some(w) => {
-            norm_rows(model, o, w, h);
-            h
-        }
-        None => o,
-    };
-    for (xv, ov) in x.iter_mut().zip(o) {
-        *xv += ov;
     }
 }
 
@@ -49,6 +36,169 @@ fn add_bias(x: &mut [f32], bias: &Option<Vec<f32>>) {
                 *v += bb;
             }
         }
+    }
+}
+
+/// One forward call on the CPU: the rows, the cache, and the host buffers the ops share.
+struct CpuPass<'a> {
+    model: &'a Model,
+    pool: &'a ThreadPool,
+    rows: &'a [Row<'a>],
+    kv: &'a mut KvCache,
+    panels: &'a Panels,
+    /// Every row's keys from position 0 (full-attention layers).
+    full_keys: Vec<RowKeys<'a>>,
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    act: Vec<f32>,
+}
+
+/// Each row's keys, from the first its window lets it see.
+fn row_keys<'a>(rows: &'a [Row<'a>], window: Option<usize>) -> Vec<RowKeys<'a>> {
+    rows.iter()
+        .map(|r| RowKeys {
+            table: r.table,
+            first: window.map_or(0, |w| (r.pos + 1).saturating_sub(w)),
+            n_keys: r.pos + 1,
+            remap: r.tree.map(|t| t.remap),
+        })
+        .collect()
+}
+
+impl CpuPass<'_> {
+    /// `x += post_norm(o)` where the layer has a post norm, else `x += o`.
+    fn add_residual(&mut self, post: &Option<Vec<f32>>) {
+        let o: &[f32] = match post {
+            Some(w) => {
+                norm_rows(self.model, &self.o, w, &mut self.h);
+                &self.h
+            }
+            None => &self.o,
+        };
+        for (xv, ov) in self.x.iter_mut().zip(o) {
+            *xv += ov;
+        }
+    }
+}
+
+impl LayerOps for CpuPass<'_> {
+    type Error = ModelError;
+
+    fn embed(&mut self, plan: &Plan) -> Result<()> {
+        let w = &self.model.weights;
+        let d = self.model.config.d_model;
+        for (r, row) in self.rows.iter().enumerate() {
+            let bytes = w
+                .embed
+                .row(row.token as usize)
+                .expect("token checked against vocab");
+            let xr = &mut self.x[r * d..(r + 1) * d];
+            tf_weights::dequantize_row(w.embed.dtype, bytes, xr);
+            if let Some(scale) = plan.embed_scale {
+                xr.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        if let Some(first) = w.layers.first() {
+            norm_rows(self.model, &self.x, &first.attn_norm, &mut self.h);
+        }
+        Ok(())
+    }
+
+    fn qkv(&mut self, layer: usize, lp: &LayerPlan) -> Result<()> {
+        let (model, pool) = (self.model, self.pool);
+        let cfg = &model.config;
+        let (level, m) = (model.level, self.rows.len());
+        let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
+        let lw = &model.weights.layers[layer];
+        let pk = &self.panels.layers[layer];
+        let hx = Activations::new(level, &self.h, m, cfg.d_model);
+        matmul(pool, &with_panel(&lw.wq, &pk[0]), &hx, &mut self.q);
+        matmul(pool, &with_panel(&lw.wk, &pk[1]), &hx, &mut self.k);
+        matmul(pool, &with_panel(&lw.wv, &pk[2]), &hx, &mut self.v);
+        add_bias(&mut self.q, &lw.bq);
+        add_bias(&mut self.k, &lw.bk);
+        add_bias(&mut self.v, &lw.bv);
+        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+            rms_norm_heads(level, &mut self.q, qn, cfg.norm_eps);
+            rms_norm_heads(level, &mut self.k, kn, cfg.norm_eps);
+        }
+        let rope = &model.ropes[lp.rope];
+        let style = model.plan.ropes[lp.rope].style;
+        for (r, row) in self.rows.iter().enumerate() {
+            let (q, k, v) = (
+                &mut self.q[r * qd..(r + 1) * qd],
+                &mut self.k[r * kvd..(r + 1) * kvd],
+                &self.v[r * kvd..(r + 1) * kvd],
+            );
+            rope.apply(q, cfg.head_dim, row.pos, style);
+            rope.apply(k, cfg.head_dim, row.pos, style);
+            self.kv.write(layer, row.table, row.slot(), k, v);
+        }
+        Ok(())
+    }
+
+    fn attention(&mut self, layer: usize, lp: &LayerPlan) -> Result<()> {
+        let cfg = &self.model.config;
+        let shape = AttnShape {
+            softcap: lp.attn_softcap,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            scale: lp.attn_scale,
+        };
+        let windowed;
+        let keys = match lp.window {
+            None => &self.full_keys,
+            Some(_) => {
+                windowed = row_keys(self.rows, lp.window);
+                &windowed
+            }
+        };
+        let (pool, level) = (self.pool, self.model.level);
+        attention(pool, level, &shape, &self.q, keys, self.kv.layer(layer), &mut self.att);
+        Ok(())
+    }
+
+    fn attn_out(&mut self, layer: usize, _lp: &LayerPlan) -> Result<()> {
+        let model = self.model;
+        let cfg = &model.config;
+        let lw = &model.weights.layers[layer];
+        let ax = Activations::new(model.level, &self.att, self.rows.len(), cfg.q_dim());
+        let wo = with_panel(&lw.wo, &self.panels.layers[layer][3]);
+        matmul(self.pool, &wo, &ax, &mut self.o);
+        self.add_residual(&lw.post_attn_norm);
+        norm_rows(model, &self.x, &lw.ffn_norm, &mut self.h);
+        Ok(())
+    }
+
+    fn mlp(&mut self, layer: usize, lp: &LayerPlan, last: bool) -> Result<()> {
+        let (model, pool) = (self.model, self.pool);
+        let cfg = &model.config;
+        let (level, m) = (model.level, self.rows.len());
+        let lw = &model.weights.layers[layer];
+        let pk = &self.panels.layers[layer];
+        let hx = Activations::new(level, &self.h, m, cfg.d_model);
+        matmul(pool, &with_panel(&lw.w_gate, &pk[4]), &hx, &mut self.gate);
+        matmul(pool, &with_panel(&lw.w_up, &pk[5]), &hx, &mut self.up);
+        match lp.mlp {
+            Mlp::SwiGlu => swiglu(level, &self.gate, &self.up, &mut self.act),
+            Mlp::GeGlu => geglu(level, &self.gate, &self.up, &mut self.act),
+        }
+        let fx = Activations::new(level, &self.act, m, cfg.ffn_dim);
+        matmul(pool, &with_panel(&lw.w_down, &pk[6]), &fx, &mut self.o);
+        self.add_residual(&lw.post_ffn_norm);
+        if !last {
+            let next = &model.weights.layers[layer + 1];
+            norm_rows(model, &self.x, &next.attn_norm, &mut self.h);
+        }
+        Ok(())
     }
 }
 
@@ -74,138 +224,71 @@ impl Model {
             self.check_row(r)?;
         }
         let cfg = &self.config;
-        let level = self.level;
         let m = rows.len();
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
-        let w = &self.weights;
-        let panels = self.panels();
-
-        let mut x = vec![0f32; m * d];
-        for (r, row) in rows.iter().enumerate() {
-            let bytes = w
-                .embed
-                .row(row.token as usize)
-                .expect("token checked against vocab");
-            let xr = &mut x[r * d..(r + 1) * d];
-            tf_weights::dequantize_row(w.embed.dtype, bytes, xr);
-            if let Some(scale) = self.plan.embed_scale {
-                xr.iter_mut().for_each(|v| *v *= scale);
-            }
-        }
-        let mut h = vec![0f32; m * d];
-        let mut q = vec![0f32; m * qd];
-        let mut k = vec![0f32; m * kvd];
-        let mut v = vec![0f32; m * kvd];
-        let mut att = vec![0f32; m * qd];
-        let mut o = vec![0f32; m * d];
-        let mut gate = vec![0f32; m * f];
-        let mut up = vec![0f32; m * f];
-        let mut act = vec![0f32; m * f];
-        let keys_for = |window: Option<usize>| -> Vec<RowKeys> {
-            rows.iter()
-                .map(|r| RowKeys {
-                    table: r.table,
-                    first: window.map_or(0, |w| (r.pos + 1).saturating_sub(w)),
-                    n_keys: r.pos + 1,
-                    remap: r.tree.map(|t| t.remap),
-                })
-                .collect()
+        let mut pass = CpuPass {
+            model: self,
+            pool,
+            rows,
+            kv,
+            panels: self.panels(),
+            full_keys: row_keys(rows, None),
+            x: vec![0f32; m * d],
+            h: vec![0f32; m * d],
+            q: vec![0f32; m * qd],
+            k: vec![0f32; m * kvd],
+            v: vec![0f32; m * kvd],
+            att: vec![0f32; m * qd],
+            o: vec![0f32; m * d],
+            gate: vec![0f32; m * f],
+            up: vec![0f32; m * f],
+            act: vec![0f32; m * f],
         };
-        let full_keys = keys_for(None);
+        walk(&self.plan, &mut pass)?;
+        Ok(self.output_head(pool, rows, &pass.x, pass.panels, head))
+    }
 
-        for (li, lw) in w.layers.iter().enumerate() {
-            let pk = &panels.layers[li];
-            let lp = &self.plan.layers[li];
-            let rope = &self.ropes[lp.rope];
-            let shape = AttnShape {
-                softcap: lp.attn_softcap,
-                n_heads: cfg.n_heads,
-                n_kv_heads: cfg.n_kv_heads,
-                head_dim: cfg.head_dim,
-                scale: lp.attn_scale,
-            };
-            norm_rows(self, &x, &lw.attn_norm, &mut h);
-            let hx = Activations::new(level, &h, m, d);
-            matmul(pool, &with_panel(&lw.wq, &pk[0]), &hx, &mut q);
-            matmul(pool, &with_panel(&lw.wk, &pk[1]), &hx, &mut k);
-            matmul(pool, &with_panel(&lw.wv, &pk[2]), &hx, &mut v);
-            add_bias(&mut q, &lw.bq);
-            add_bias(&mut k, &lw.bk);
-            add_bias(&mut v, &lw.bv);
-            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                rms_norm_heads(level, &mut q, qn, cfg.norm_eps);
-                rms_norm_heads(level, &mut k, kn, cfg.norm_eps);
-            }
-            for (r, row) in rows.iter().enumerate() {
-                let style = self.plan.ropes[lp.rope].style;
-                rope.apply(&mut q[r * qd..(r + 1) * qd], cfg.head_dim, row.pos, style);
-                rope.apply(&mut k[r * kvd..(r + 1) * kvd], cfg.head_dim, row.pos, style);
-                kv.write(
-                    li,
-                    row.table,
-                    row.slot(),
-                    &k[r * kvd..(r + 1) * kvd],
-                    &v[r * kvd..(r + 1) * kvd],
-                );
-            }
-            let windowed;
-            let keys = match lp.window {
-                None => &full_keys,
-                Some(_) => {
-                    windowed = keys_for(lp.window);
-                    &windowed
-                }
-            };
-            attention(pool, level, &shape, &q, keys, kv.layer(li), &mut att);
-            let ax = Activations::new(level, &att, m, qd);
-            matmul(pool, &with_panel(&lw.wo, &pk[3]), &ax, &mut o);
-            add_residual(self, &mut x, &o, &lw.post_attn_norm, &mut h);
-
-            norm_rows(self, &x, &lw.ffn_norm, &mut h);
-            let hx = Activations::new(level, &h, m, d);
-            matmul(pool, &with_panel(&lw.w_gate, &pk[4]), &hx, &mut gate);
-            matmul(pool, &with_panel(&lw.w_up, &pk[5]), &hx, &mut up);
-            match lp.mlp {
-                Mlp::SwiGlu => swiglu(level, &gate, &up, &mut act),
-                Mlp::GeGlu => geglu(level, &gate, &up, &mut act),
-            }
-            let fx = Activations::new(level, &act, m, f);
-            matmul(pool, &with_panel(&lw.w_down, &pk[6]), &fx, &mut o);
-            add_residual(self, &mut x, &o, &lw.post_ffn_norm, &mut h);
-        }
-
-        let want: Vec<usize> = (0..m).filter(|&r| rows[r].logits).collect();
+    /// Final norm and output head over the rows that want logits, then the plan's soft-cap.
+    fn output_head(
+        &self,
+        pool: &ThreadPool,
+        rows: &[Row],
+        x: &[f32],
+        panels: &Panels,
+        head: Option<&[std::ops::Range<usize>]>,
+    ) -> Vec<f32> {
+        let (d, vocab) = (self.config.d_model, self.config.vocab);
+        let want: Vec<usize> = (0..rows.len()).filter(|&r| rows[r].logits).collect();
         if want.is_empty() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         let mut xs = Vec::with_capacity(want.len() * d);
         for &r in &want {
             xs.extend_from_slice(&x[r * d..(r + 1) * d]);
         }
         let mut hs = vec![0f32; xs.len()];
-        norm_rows(self, &xs, &w.norm, &mut hs);
-        let hx = Activations::new(level, &hs, want.len(), d);
-        let out_w = with_panel(&w.output, &panels.output);
-        let logits = match head {
+        norm_rows(self, &xs, &self.weights.norm, &mut hs);
+        let hx = Activations::new(self.level, &hs, want.len(), d);
+        let out_w = with_panel(&self.weights.output, &panels.output);
+        let mut logits = match head {
             None => {
-                let mut logits = vec![0f32; want.len() * cfg.vocab];
+                let mut logits = vec![0f32; want.len() * vocab];
                 matmul(pool, &out_w, &hx, &mut logits);
                 logits
             }
             Some(ranges) => {
-                let mut logits = vec![f32::NEG_INFINITY; want.len() * cfg.vocab];
+                let mut logits = vec![f32::NEG_INFINITY; want.len() * vocab];
                 for r in ranges {
-                    let r = r.start.min(cfg.vocab)..r.end.min(cfg.vocab);
+                    let r = r.start.min(vocab)..r.end.min(vocab);
                     if !r.is_empty() {
                         let out = &mut logits[r.start..];
-                        matmul_cols(pool, &out_w, &hx, out, r, cfg.vocab);
+                        matmul_cols(pool, &out_w, &hx, out, r, vocab);
                     }
                 }
                 logits
             }
         };
-        let mut logits = logits;
         soft_cap(&mut logits, self.plan.final_softcap);
-        Ok(logits)
+        logits
     }
 }

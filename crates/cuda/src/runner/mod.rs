@@ -53,6 +53,11 @@ pub struct CudaRunner {
     use_graphs: bool,
     /// Increments for every new matmul input (see `scratch::matmul`).
     tag: u64,
+    /// The current layer's first tag (its q/k/v input is `layer_tag + 1`), between the ops of
+    /// one layer.
+    layer_tag: u64,
+    /// Rows of the call the layer ops run over.
+    call_rows: usize,
     prof: prof::Prof,
     /// Whether the current call may run split attention (every row's keys fit the partials).
     split_ok: bool,
@@ -161,6 +166,8 @@ impl CudaRunner {
             graphs: HashMap::new(),
             use_graphs,
             tag: 0,
+            layer_tag: 0,
+            call_rows: 0,
             prof: prof::Prof::from_env(),
             split_ok: true,
             pinned,
