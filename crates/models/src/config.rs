@@ -360,7 +360,7 @@ impl ModelConfig {
         }
         match self.family.windows {
             registry::Windows::All => true,
-            registry::Windows::AllButEvery(n) => (layer + 1) % n != 0,
+            registry::Windows::AllButEvery(n) => !(layer + 1).is_multiple_of(n),
         }
     }
 }

@@ -162,7 +162,15 @@ impl LayerOps for CpuPass<'_> {
             }
         };
         let (pool, level) = (self.pool, self.model.level);
-        attention(pool, level, &shape, &self.q, keys, self.kv.layer(layer), &mut self.att);
+        attention(
+            pool,
+            level,
+            &shape,
+            &self.q,
+            keys,
+            self.kv.layer(layer),
+            &mut self.att,
+        );
         Ok(())
     }
 

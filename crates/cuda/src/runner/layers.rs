@@ -48,7 +48,15 @@ impl LayerOps for CudaRunner {
         let s = &mut self.s;
         let first = &self.w.layers[0];
         let q = s.acts.output_for(first.qkv.first(), self.tag + 1);
-        gpu.rms_norm(&s.x, &first.attn_norm, cfg.d_model, cfg.norm_eps, m, &mut s.h, q)?;
+        gpu.rms_norm(
+            &s.x,
+            &first.attn_norm,
+            cfg.d_model,
+            cfg.norm_eps,
+            m,
+            &mut s.h,
+            q,
+        )?;
         self.mark("norm");
         Ok(())
     }
@@ -99,16 +107,7 @@ impl LayerOps for CudaRunner {
                     }
                     Group::Pair(qk, v) => {
                         let ws = (qk, v);
-                        matmul_pair(
-                            &gpu,
-                            ws,
-                            &s.h,
-                            t + 1,
-                            m,
-                            &mut s.acts,
-                            &mut s.qkv,
-                            &mut s.v,
-                        )?;
+                        matmul_pair(&gpu, ws, &s.h, t + 1, m, &mut s.acts, &mut s.qkv, &mut s.v)?;
                     }
                     Group::Split(ws) => {
                         matmul(&gpu, &ws[0], &s.h, t + 1, m, &mut s.acts, &mut s.tmp)?;
@@ -189,7 +188,12 @@ impl LayerOps for CudaRunner {
     }
 
     fn attn_out(&mut self, li: usize, _lp: &LayerPlan) -> Result<()> {
-        let (model, gpu, m, t) = (self.model.clone(), self.gpu.clone(), self.call_rows, self.layer_tag);
+        let (model, gpu, m, t) = (
+            self.model.clone(),
+            self.gpu.clone(),
+            self.call_rows,
+            self.layer_tag,
+        );
         let cfg = &model.config;
         let lw = &self.w.layers[li];
         let s = &mut self.s;
@@ -203,7 +207,12 @@ impl LayerOps for CudaRunner {
     }
 
     fn mlp(&mut self, li: usize, _lp: &LayerPlan, _last: bool) -> Result<()> {
-        let (model, gpu, m, t) = (self.model.clone(), self.gpu.clone(), self.call_rows, self.layer_tag);
+        let (model, gpu, m, t) = (
+            self.model.clone(),
+            self.gpu.clone(),
+            self.call_rows,
+            self.layer_tag,
+        );
         let cfg = &model.config;
         let (d, f, eps) = (cfg.d_model, cfg.ffn_dim, cfg.norm_eps);
         let lw = &self.w.layers[li];
