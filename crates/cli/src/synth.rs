@@ -7,13 +7,15 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use tf_core::DType;
+use tf_models::config::RopeScaling;
 use tf_models::synth::{write_synth_gguf, SynthSpec};
 
 use crate::GlobalArgs;
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Shape to copy: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b or smollm2-135m.
+    /// Shape to copy: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, llama3.2-1b (with
+    /// its RoPE scaling) or gemma3-270m.
     #[arg(long, value_name = "MODEL")]
     pub like: String,
     /// Tensor types: q4_k_m (llama.cpp's mix, per tensor), q8_0 or f16.
@@ -49,8 +51,29 @@ fn shape(like: &str) -> Result<(SynthSpec, bool)> {
             SynthSpec::shaped("llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 1e5, f32),
             true,
         ),
+        "llama3.2-1b" => {
+            let mut s =
+                SynthSpec::shaped("llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 5e5, f32);
+            // Llama 3.2's scaling, as its converted GGUF carries it: a frequency divisor per pair.
+            let scaling = RopeScaling::Llama3 {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_context: 8192.0,
+            };
+            let f = scaling.factors(64, 5e5);
+            s.rope_freqs = Some(f.iter().map(|&v| v as f32).collect());
+            (s, true)
+        }
+        "gemma3-270m" => {
+            let mut s =
+                SynthSpec::shaped("gemma3", 18, 640, 4, 1, 256, 2048, 262144, 32768, 1e6, f32);
+            s.sliding_window = Some(512);
+            (s, true)
+        }
         other => bail!(
-            "unknown --like {other:?}: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b or smollm2-135m"
+            "unknown --like {other:?}: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, \
+             llama3.2-1b or gemma3-270m"
         ),
     })
 }

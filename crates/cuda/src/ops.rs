@@ -623,12 +623,16 @@ impl Gpu {
 /// (cos, sin) pairs for positions `0..max_pos` and the `rot_dim / 2` rotary pairs, computed as
 /// `tf_kernels::ops::RopeTable` does (in f64, rounded once), interleaved per pair.
 pub fn rope_table(rot_dim: usize, base: f32, max_pos: usize) -> Vec<f32> {
-    let half = rot_dim / 2;
-    let base = base as f64;
-    let mut t = Vec::with_capacity(max_pos * half * 2);
+    let t = tf_kernels::ops::RopeTable::new(rot_dim, base, 0);
+    rope_table_thetas(t.thetas(), max_pos)
+}
+
+/// [`rope_table`] for the angles of a plan's RoPE ([`tf_kernels::ops::RopeTable::thetas`], with
+/// its frequency scaling): the same f64 arithmetic as the CPU's table.
+pub fn rope_table_thetas(thetas: &[f64], max_pos: usize) -> Vec<f32> {
+    let mut t = Vec::with_capacity(max_pos * thetas.len() * 2);
     for p in 0..max_pos {
-        for i in 0..half {
-            let theta = base.powf(-2.0 * i as f64 / rot_dim as f64);
+        for &theta in thetas {
             let a = p as f64 * theta;
             t.push(a.cos() as f32);
             t.push(a.sin() as f32);

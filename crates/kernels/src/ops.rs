@@ -89,6 +89,11 @@ impl RopeTable {
         (a.cos() as f32, a.sin() as f32)
     }
 
+    /// The angle per position of each rotary pair.
+    pub fn thetas(&self) -> &[f64] {
+        &self.thetas
+    }
+
     pub fn rot_dim(&self) -> usize {
         self.rot_dim
     }

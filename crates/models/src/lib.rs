@@ -24,5 +24,5 @@ pub mod weights;
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use model::{Model, Row, TreeRow};
-pub use plan::{walk, LayerOps, LayerPlan, Plan, RopeSpec};
+pub use plan::{walk, Feature, LayerOps, LayerPlan, Plan, RopeSpec};
 pub use registry::{Family, Mlp, FAMILIES};

@@ -3,7 +3,7 @@
 //! family is a descriptor (`families/<name>/`) and, at most, a new op — never a new forward.
 //! [`walk`] is the forward: it calls a backend's [`LayerOps`] in the plan's order, so the CPU
 //! and the CUDA backend run one forward with their own kernels. A backend checks the plan at
-//! load and refuses a model whose ops it lacks ([`Plan::needs_beyond_plain`]).
+//! load and refuses a model whose ops it lacks ([`Plan::features`]).
 
 use crate::config::ModelConfig;
 use crate::registry::Mlp;
@@ -150,32 +150,62 @@ impl Plan {
             .max()
     }
 
-    /// The ops this plan uses beyond the plain Llama/Qwen decoder (full attention scaled by
-    /// `head_dim^-1/2`, SwiGLU, pre-norms only, one unscaled RoPE, unscaled embeddings), by name:
-    /// what a backend that runs only the plain decoder must refuse.
-    pub fn needs_beyond_plain(&self, head_dim: usize) -> Vec<&'static str> {
-        let mut needs = Vec::new();
-        let mut add = |cond: bool, what: &'static str| {
-            if cond && !needs.contains(&what) {
-                needs.push(what);
+    /// What this plan uses beyond the plain Llama/Qwen decoder (full attention scaled by
+    /// `head_dim^-1/2`, SwiGLU, pre-norms only, one unscaled RoPE, unscaled embeddings): a
+    /// backend refuses at load a plan with a feature it does not run.
+    pub fn features(&self, head_dim: usize) -> Vec<Feature> {
+        let mut out = Vec::new();
+        let mut add = |cond: bool, f: Feature| {
+            if cond && !out.contains(&f) {
+                out.push(f);
             }
         };
-        add(self.embed_scale.is_some(), "scaled embeddings");
-        add(self.final_softcap.is_some(), "final-logit soft-capping");
-        add(self.ropes.len() > 1, "a second RoPE base");
-        add(
-            self.ropes.iter().any(|r| !r.factors.is_empty()),
-            "RoPE frequency scaling",
-        );
+        add(self.embed_scale.is_some(), Feature::ScaledEmbeddings);
+        add(self.final_softcap.is_some(), Feature::FinalSoftcap);
+        add(self.ropes.len() > 1, Feature::SecondRope);
+        let scaled = self.ropes.iter().any(|r| !r.factors.is_empty());
+        add(scaled, Feature::RopeScaling);
         let plain_scale = 1.0 / (head_dim as f32).sqrt();
         for l in &self.layers {
-            add(l.window.is_some(), "sliding-window attention");
-            add(l.attn_softcap.is_some(), "attention-logit soft-capping");
-            add(l.attn_scale != plain_scale, "a custom attention scale");
-            add(l.mlp != Mlp::SwiGlu, "GeGLU");
-            add(l.post_norms, "post-attention and post-MLP norms");
+            add(l.window.is_some(), Feature::SlidingWindow);
+            add(l.attn_softcap.is_some(), Feature::AttentionSoftcap);
+            add(l.attn_scale != plain_scale, Feature::AttentionScale);
+            add(l.mlp != Mlp::SwiGlu, Feature::GeGlu);
+            add(l.post_norms, Feature::PostNorms);
         }
-        needs
+        out
+    }
+}
+
+/// An op of the plan beyond the plain decoder (see [`Plan::features`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feature {
+    ScaledEmbeddings,
+    FinalSoftcap,
+    /// A second RoPE table (sliding layers with their own base).
+    SecondRope,
+    RopeScaling,
+    SlidingWindow,
+    AttentionSoftcap,
+    /// An attention scale other than `head_dim^-1/2`.
+    AttentionScale,
+    GeGlu,
+    PostNorms,
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Feature::ScaledEmbeddings => "scaled embeddings",
+            Feature::FinalSoftcap => "final-logit soft-capping",
+            Feature::SecondRope => "a second RoPE base",
+            Feature::RopeScaling => "RoPE frequency scaling",
+            Feature::SlidingWindow => "sliding-window attention",
+            Feature::AttentionSoftcap => "attention-logit soft-capping",
+            Feature::AttentionScale => "a custom attention scale",
+            Feature::GeGlu => "GeGLU",
+            Feature::PostNorms => "post-attention and post-MLP norms",
+        })
     }
 }
 

@@ -35,6 +35,9 @@ pub struct SynthSpec {
     pub tokenizer: bool,
     /// `{arch}.attention.sliding_window` (the family decides which layers slide).
     pub sliding_window: Option<usize>,
+    /// Rotary frequency divisors written as `rope_freqs.weight`, as llama.cpp's converter writes
+    /// Llama 3.x's scaling.
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 impl SynthSpec {
@@ -59,6 +62,7 @@ impl SynthSpec {
             overrides: Vec::new(),
             tokenizer: false,
             sliding_window: None,
+            rope_freqs: None,
         }
     }
 
@@ -106,6 +110,8 @@ enum Fill {
     Random(u64),
     /// A norm weight: `1 + (i % 7) * 0.05`.
     Norm,
+    /// These F32 values.
+    Values(Vec<f32>),
 }
 
 struct Planned {
@@ -126,6 +132,7 @@ impl Planned {
             Fill::Norm => (0..self.elems())
                 .flat_map(|i| (1.0f32 + (i % 7) as f32 * 0.05).to_le_bytes())
                 .collect(),
+            Fill::Values(ref v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     }
 
@@ -218,6 +225,14 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
         spec.ffn_dim,
     );
     let p = &mut plan;
+    if let Some(f) = &spec.rope_freqs {
+        p.push(Planned {
+            name: "rope_freqs.weight".into(),
+            dims: vec![f.len()],
+            dtype: DType::F32,
+            fill: Fill::Values(f.clone()),
+        });
+    }
     tensor(p, "token_embd.weight", &[d, spec.vocab], spec.embed_dtype);
     norm(p, "output_norm.weight", d);
     if let Some(t) = spec.output_dtype {

@@ -60,7 +60,12 @@ impl CudaRunner {
             let bytes = embed
                 .row(row.token as usize)
                 .expect("token checked against vocab");
-            tf_weights::dequantize_row(embed.dtype, bytes, &mut x[r * d..(r + 1) * d]);
+            let xr = &mut x[r * d..(r + 1) * d];
+            tf_weights::dequantize_row(embed.dtype, bytes, xr);
+            // The plan's embedding scale, the CPU's multiply (`LayerOps::embed`).
+            if let Some(scale) = self.model.plan.embed_scale {
+                xr.iter_mut().for_each(|v| *v *= scale);
+            }
         }
         Ok(HostRows {
             x,

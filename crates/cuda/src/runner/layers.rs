@@ -22,14 +22,14 @@ impl CudaRunner {
         walk(&model.plan, self)
     }
 
-    fn dims(&self) -> AttnDims {
+    fn dims(&self, lp: &LayerPlan) -> AttnDims {
         let cfg = &self.model.config;
         AttnDims {
             rows: self.call_rows,
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
             head_dim: cfg.head_dim,
-            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+            scale: lp.attn_scale,
         }
     }
 
@@ -61,7 +61,7 @@ impl LayerOps for CudaRunner {
         Ok(())
     }
 
-    fn qkv(&mut self, li: usize, _lp: &LayerPlan) -> Result<()> {
+    fn qkv(&mut self, li: usize, lp: &LayerPlan) -> Result<()> {
         // Four matmul inputs per layer: h (q/k/v), att, h (gate/up), act.
         let t = self.tag;
         self.tag += 4;
@@ -69,7 +69,7 @@ impl LayerOps for CudaRunner {
         let (model, gpu, m) = (self.model.clone(), self.gpu.clone(), self.call_rows);
         let cfg = &model.config;
         let (qd, kvd, hd, eps) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.norm_eps);
-        let dims = self.dims();
+        let dims = self.dims(lp);
         let lw = &self.w.layers[li];
         let s = &mut self.s;
         let (kc, vc) = (&mut self.kc[li], &mut self.vc[li]);
@@ -161,9 +161,9 @@ impl LayerOps for CudaRunner {
         Ok(())
     }
 
-    fn attention(&mut self, li: usize, _lp: &LayerPlan) -> Result<()> {
+    fn attention(&mut self, li: usize, lp: &LayerPlan) -> Result<()> {
         let (gpu, m, t) = (self.gpu.clone(), self.call_rows, self.layer_tag);
-        let dims = self.dims();
+        let dims = self.dims(lp);
         let lw = &self.w.layers[li];
         let s = &mut self.s;
         let keys = AttnKeys {

@@ -93,16 +93,25 @@ impl CudaRunner {
         max_rows: usize,
     ) -> Result<CudaRunner> {
         let cfg = &model.config;
-        // The device forward runs the plain decoder's ops; a plan that needs more is refused
-        // here rather than run wrong.
-        let needs = model.plan.needs_beyond_plain(cfg.head_dim);
-        if !needs.is_empty() {
+        // The device forward runs the plain decoder's ops and these; a plan that needs more is
+        // refused here rather than run wrong.
+        use tf_models::Feature;
+        let runs = [
+            Feature::RopeScaling,
+            Feature::AttentionScale,
+            Feature::ScaledEmbeddings,
+        ];
+        let lacks: Vec<String> = (model.plan.features(cfg.head_dim).into_iter())
+            .filter(|f| !runs.contains(f))
+            .map(|f| f.to_string())
+            .collect();
+        if !lacks.is_empty() {
             return Err(CudaError::Usage(format!(
                 "{} ({}) needs {}, which the CUDA backend does not run yet; serve it on the CPU \
                  (--device cpu)",
                 model.path().display(),
                 cfg.family.name,
-                needs.join(", ")
+                lacks.join(", ")
             )));
         }
         crate::rowops::AttnDims {
@@ -140,9 +149,10 @@ impl CudaRunner {
             vc.push(gpu.zeros(per_layer)?);
         }
         let rope_positions = context_len.max(cfg.context_len).max(1);
-        let rope_cs = gpu.upload(&crate::ops::rope_table(
-            cfg.rope_dim,
-            cfg.rope_base,
+        // The plan's one RoPE (its frequency scaling included), as the CPU's table computes it.
+        let thetas = model.plan.ropes[0].table(0);
+        let rope_cs = gpu.upload(&crate::ops::rope_table_thetas(
+            thetas.thetas(),
             rope_positions,
         ))?;
         let s = Scratch::new(&gpu, cfg, max_rows.max(GRAPH_ROWS), context_len)?;
