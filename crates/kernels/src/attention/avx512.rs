@@ -77,6 +77,8 @@ unsafe fn rows_heads<const NV: usize>(
     for (i, k) in keys.iter().enumerate() {
         // Every row reads its keys where the first row does.
         assert!(k.remap.is_none() || n_rows == 1);
+        // A sliding-window row runs alone (`row_groups`).
+        assert!(!k.windowed() || n_rows == 1);
         assert!(std::ptr::eq(k.table, first.table) && k.n_keys == first.n_keys + i);
     }
     let mut run = [[Running {
@@ -92,7 +94,11 @@ unsafe fn rows_heads<const NV: usize>(
     let mut ls = [0f32; ROW_GROUP * super::MAX_GROUP];
     out.fill(0.0);
     let last_keys = keys[n_rows - 1].n_keys;
-    for c0 in (0..last_keys).step_by(KEY_CHUNK) {
+    // The chunk grid from position 0; a window starts at the chunk holding its first key, and
+    // that chunk's keys before it score -inf (exponential exactly 0, so the sums and the merge
+    // get the bits of the portable body, which skips them).
+    let window_first = first.first;
+    for c0 in (window_first / KEY_CHUNK * KEY_CHUNK..last_keys).step_by(KEY_CHUNK) {
         let n_max = (last_keys - c0).min(KEY_CHUNK);
         for i in 0..n_max {
             let off = kv.offset(first.table, first.slot(c0 + i)) + kvh * hd;
@@ -139,7 +145,9 @@ unsafe fn rows_heads<const NV: usize>(
                             *a = _mm512_fmadd_ps(qj, _mm512_loadu_ps(k.add(16 * j)), *a);
                         }
                     }
-                    let valid: __mmask16 = if cnt == 16 { 0xFFFF } else { (1u16 << cnt) - 1 };
+                    let mut valid: __mmask16 = if cnt == 16 { 0xFFFF } else { (1u16 << cnt) - 1 };
+                    let before = window_first.saturating_sub(c0 + base).min(16);
+                    valid &= !((1u32 << before) - 1) as u16;
                     let scaled = _mm512_mul_ps(fold16(&acc), _mm512_set1_ps(shape.scale));
                     let s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), scaled);
                     _mm512_storeu_ps(dst, s);

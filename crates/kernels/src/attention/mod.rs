@@ -9,7 +9,8 @@
 //!
 //! A sliding-window row sees only the keys `first..=p`: it visits the same grid of chunks (fixed
 //! by absolute position), starting at the chunk that holds `first`, and skips the keys before
-//! `first` in that chunk, so the window changes which keys are read, never the order.
+//! `first` in that chunk, so the window changes which keys are read, never the order. (AVX-512
+//! runs such a row alone, its skipped keys as -inf scores, whose exponentials are exactly 0.)
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -171,26 +172,6 @@ fn attention_avx512(
         for job in range {
             let (rr, kvh) = (groups[job / kvn].clone(), job % kvn);
             let (h0, w) = (kvh * group * hd, group * hd);
-            if rows[rr.start].windowed() {
-                // A sliding-window row (always alone in its group) runs the portable body:
-                // the same operations as the AVX-512 rows, over the keys of its window.
-                let r = rr.start;
-                let qr = &q[r * qd + h0..r * qd + h0 + w];
-                group_heads(
-                    SimdLevel::Avx512Vnni,
-                    shape,
-                    qr,
-                    kvh,
-                    &rows[r],
-                    &kv,
-                    &mut o[..w],
-                );
-                for (d, v) in o[..w].iter().enumerate() {
-                    // SAFETY: each (row, KV head) pair belongs to one job, which writes its slice.
-                    unsafe { dst.write(r * qd + h0 + d, *v) };
-                }
-                continue;
-            }
             let n = rr.len() * w;
             for (i, r) in rr.clone().enumerate() {
                 qg[i * w..(i + 1) * w].copy_from_slice(&q[r * qd + h0..r * qd + h0 + w]);
@@ -208,7 +189,7 @@ fn attention_avx512(
 }
 
 /// `rows` cut into runs of at most `max` consecutive rows of one sequence (the same block table,
-/// one more key each, no remapped positions), which can share each chunk's loads.
+/// one more key each, no remapped positions, no window), which can share each chunk's loads.
 fn row_groups(rows: &[RowKeys], max: usize) -> Vec<std::ops::Range<usize>> {
     let mut groups = Vec::new();
     let mut start = 0;
