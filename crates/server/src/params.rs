@@ -116,28 +116,48 @@ pub fn reply_length(
     explicit: Option<&(usize, String)>,
     context: usize,
     server_cap: Option<usize>,
+    wording: Wording,
 ) -> ApiResult<usize> {
+    let anthropic = wording == Wording::Anthropic;
     if prompt_tokens >= context {
-        return Err(ApiError::context_exceeded(
+        // Each API's own words: clients match on them to recover (Claude Code compacts on
+        // Anthropic's).
+        let message = if anthropic {
+            format!("prompt is too long: {prompt_tokens} tokens > {context} maximum")
+        } else {
             format!(
                 "This model's maximum context length is {context} tokens, and the prompt has \
                  {prompt_tokens} tokens, which leaves no room for a reply."
-            ),
-            prompt_param,
-        ));
+            )
+        };
+        return Err(ApiError::context_exceeded(message, prompt_param));
     }
     let room = context - prompt_tokens;
     match explicit {
         Some((n, key)) if *n > room => Err(ApiError::context_exceeded(
-            format!(
-                "This model's maximum context length is {context} tokens. However, you requested \
-                 {} tokens ({prompt_tokens} in the prompt, {n} for the reply). Please reduce the \
-                 prompt or '{key}' (at most {room}).",
-                prompt_tokens + n
-            ),
+            if anthropic {
+                format!(
+                    "input length and `{key}` exceed context limit: {prompt_tokens} + {n} > \
+                     {context}, decrease input length or `{key}` and try again"
+                )
+            } else {
+                format!(
+                    "This model's maximum context length is {context} tokens. However, you \
+                     requested {} tokens ({prompt_tokens} in the prompt, {n} for the reply). \
+                     Please reduce the prompt or '{key}' (at most {room}).",
+                    prompt_tokens + n
+                )
+            },
             key,
         )),
         Some((n, _)) => Ok(*n),
         None => Ok(server_cap.map_or(room, |cap| cap.min(room))),
     }
+}
+
+/// Whose error wording a refusal uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wording {
+    OpenAi,
+    Anthropic,
 }

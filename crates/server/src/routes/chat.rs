@@ -208,6 +208,7 @@ pub async fn start(
     chat: &ChatPrompt,
     gen: &GenFields,
     prompt_param: &str,
+    wording: params::Wording,
 ) -> ApiResult<(Generation, Rendered)> {
     let rendered = prompt::render(backend, chat)?;
     let max_tokens = params::reply_length(
@@ -216,6 +217,7 @@ pub async fn start(
         gen.max_tokens.as_ref(),
         backend.context,
         state.config.max_tokens,
+        wording,
     )?;
     let request = GenRequest {
         prompt: rendered.tokens.clone(),
@@ -239,7 +241,15 @@ pub async fn handle(State(state): State<SharedState>, JsonBody(body): JsonBody) 
 async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
     let req = parse(&state, &body)?;
     let backend = state.backend()?;
-    let (generation, rendered) = start(&state, &backend, &req.chat, &req.gen, "messages").await?;
+    let (generation, rendered) = start(
+        &state,
+        &backend,
+        &req.chat,
+        &req.gen,
+        "messages",
+        params::Wording::OpenAi,
+    )
+    .await?;
     let parser = rendered.parser(common::new_id("call_"));
     let id = common::new_id("chatcmpl-");
     if req.stream {

@@ -108,6 +108,7 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         gen.max_tokens.as_ref(),
         backend.context,
         state.config.max_tokens,
+        params::Wording::OpenAi,
     )?;
     let request = GenRequest {
         prompt,

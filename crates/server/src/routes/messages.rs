@@ -130,12 +130,38 @@ fn assistant_turn(conv: &mut Conversation, content: &Value, at: &str) -> ApiResu
     Ok(())
 }
 
+/// System text, with the line Claude Code opens its system prompt with left out
+/// (`x-anthropic-billing-header: cc_version=...; cc_entrypoint=...;`, a block of its own or a
+/// first line): it changes every session and means nothing to the model, and in the prompt it
+/// would end the cached prefix there. Dropped the same way for every request, so resumed
+/// conversations still equal fresh ones.
+fn system_text(v: Option<&Value>, param: &str) -> ApiResult<String> {
+    const HEADER: &str = "x-anthropic-billing-header:";
+    let billing = |t: &str| t.trim_start().starts_with(HEADER);
+    let v = match v {
+        Some(Value::Array(blocks)) => {
+            let kept: Vec<Value> = blocks
+                .iter()
+                .filter(|b| !b.get("text").and_then(Value::as_str).is_some_and(billing))
+                .cloned()
+                .collect();
+            Some(Value::Array(kept))
+        }
+        other => other.cloned(),
+    };
+    let text = text_blocks(v.as_ref(), param)?;
+    if !text.contains(HEADER) {
+        return Ok(text);
+    }
+    Ok(text.split_inclusive('\n').filter(|l| !billing(l)).collect())
+}
+
 fn parse(state: &SharedState, body: &Value, need_max_tokens: bool) -> ApiResult<MessagesRequest> {
     let f = Fields::new(body)?;
     state.check_model(f.str("model")?)?;
     let mut conv = Conversation::default();
     if f.has("system") {
-        conv.system(text_blocks(f.get("system"), "system")?);
+        conv.system(system_text(f.get("system"), "system")?);
     }
     let list = f
         .array("messages")?
@@ -146,10 +172,16 @@ fn parse(state: &SharedState, body: &Value, need_max_tokens: bool) -> ApiResult<
         match m.get("role").and_then(Value::as_str) {
             Some("user") => user_turn(&mut conv, content, &at)?,
             Some("assistant") => assistant_turn(&mut conv, content, &at)?,
-            _ => {
+            // Mid-conversation system turns (Claude Code sends them under a beta header).
+            Some("system") => conv.system(system_text(Some(content), &at)?),
+            other => {
                 return Err(ApiError::invalid(
                     &format!("messages[{i}].role"),
-                    "'role' must be user or assistant",
+                    format!(
+                        "Unexpected role {}. Allowed input message roles are \"user\", \
+                         \"assistant\" and \"system\".",
+                        other.map_or("(none)".to_string(), |r| format!("{r:?}"))
+                    ),
                 ))
             }
         }
@@ -228,8 +260,15 @@ pub async fn create(
     let JsonBody(body) = body?;
     let req = parse(&state, &body, true)?;
     let backend = state.backend()?;
-    let (generation, rendered) =
-        chat::start(&state, &backend, &req.chat, &req.gen, "messages").await?;
+    let (generation, rendered) = chat::start(
+        &state,
+        &backend,
+        &req.chat,
+        &req.gen,
+        "messages",
+        params::Wording::Anthropic,
+    )
+    .await?;
     let run = Run {
         prompt_tokens: generation.prompt_tokens(),
         generation: Some(generation),

@@ -246,8 +246,15 @@ impl ResponseRun {
         stream_id: Option<Value>,
     ) -> ApiResult<ResponseRun> {
         let backend = state.backend()?;
-        let (generation, rendered) =
-            chat::start(state, &backend, &req.chat, &req.gen, "input").await?;
+        let (generation, rendered) = chat::start(
+            state,
+            &backend,
+            &req.chat,
+            &req.gen,
+            "input",
+            params::Wording::OpenAi,
+        )
+        .await?;
         let parallel = req.echo["parallel_tool_calls"].as_bool().unwrap_or(true);
         Ok(ResponseRun {
             state: state.clone(),

@@ -470,9 +470,10 @@ async fn anthropic_errors_use_anthropic_envelope() {
     )
     .await;
     assert_anthropic_error(&r, 400, "invalid_request_error", "body is empty");
-    let body = json!({"max_tokens": 8, "messages": [{"role": "system", "content": "Hi"}]});
+    // System turns are accepted (see anthropic.rs); other roles get Anthropic's words.
+    let body = json!({"max_tokens": 8, "messages": [{"role": "tool", "content": "Hi"}]});
     let r = post(&state, "/v1/messages", &body).await;
-    assert_anthropic_error(&r, 400, "invalid_request_error", "user or assistant");
+    assert_anthropic_error(&r, 400, "invalid_request_error", "Unexpected role \"tool\"");
     let body = json!({"max_tokens": 8, "temperature": 3,
         "messages": [{"role": "user", "content": "Hi"}]});
     let r = post(&state, "/v1/messages", &body).await;

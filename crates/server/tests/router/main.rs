@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod anthropic;
 mod auth;
 mod errors;
 mod limits;

@@ -1,0 +1,99 @@
+//! What Claude Code sends on `/v1/messages` and needs answered Anthropic's way: system turns in
+//! the middle of `messages`, Anthropic's wording for roles it refuses and for a prompt past the
+//! context, and its per-session billing line left out of the prompt.
+
+use serde_json::json;
+
+use crate::common::{shared_state, CONTEXT, MODEL_ID};
+use crate::{assert_anthropic_error, post};
+
+#[tokio::test]
+async fn system_turns_mid_conversation_are_accepted() {
+    let state = shared_state();
+    let body = json!({"model": MODEL_ID, "max_tokens": 4, "temperature": 0,
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "system", "content": [{"type": "text", "text": "Answer in one word."}]},
+            {"role": "user", "content": "A color?"}]});
+    let r = post(&state, "/v1/messages", &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The system turn is in the prompt: it counts.
+    let mut without = body.clone();
+    without["messages"].as_array_mut().unwrap().remove(2);
+    let count = |b| async move {
+        let r = post(&shared_state(), "/v1/messages/count_tokens", &b).await;
+        r.json()["input_tokens"].as_u64().unwrap()
+    };
+    assert!(count(body.clone()).await > count(without).await);
+
+    let mut bad = body.clone();
+    bad["messages"][2]["role"] = json!("narrator");
+    let r = post(&state, "/v1/messages", &bad).await;
+    assert_anthropic_error(
+        &r,
+        400,
+        "invalid_request_error",
+        "Unexpected role \"narrator\"",
+    );
+    assert!(r.text().contains("input message roles"), "{}", r.text());
+}
+
+#[tokio::test]
+async fn context_overflow_uses_anthropic_wording() {
+    let state = shared_state();
+    let body = json!({"max_tokens": CONTEXT, "messages": [{"role": "user", "content": "Hi"}]});
+    let r = post(&state, "/v1/messages", &body).await;
+    let prompt = post(&state, "/v1/messages/count_tokens", &body)
+        .await
+        .json()["input_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_anthropic_error(
+        &r,
+        400,
+        "invalid_request_error",
+        &format!(
+            "input length and `max_tokens` exceed context limit: {prompt} + {CONTEXT} > {CONTEXT}"
+        ),
+    );
+    let long = "apple ".repeat(CONTEXT + 100);
+    let body = json!({"max_tokens": 8, "messages": [{"role": "user", "content": long}]});
+    let r = post(&state, "/v1/messages", &body).await;
+    assert_anthropic_error(&r, 400, "invalid_request_error", "prompt is too long: ");
+    assert!(
+        r.text().contains(&format!("> {CONTEXT} maximum")),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test]
+async fn the_billing_header_line_is_left_out() {
+    let state = shared_state();
+    let with = |system: serde_json::Value| json!({"system": system, "messages": [{"role": "user", "content": "Hi"}]});
+    let count = |b: serde_json::Value| {
+        let state = state.clone();
+        async move {
+            let r = post(&state, "/v1/messages/count_tokens", &b).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()["input_tokens"].as_u64().unwrap()
+        }
+    };
+    let plain = count(with(json!("You are a coding agent."))).await;
+    for session in [
+        "cc_version=2.0.1.a1b; cc_entrypoint=cli;",
+        "cc_version=2.0.9.ffe; cc_entrypoint=sdk-ts;",
+    ] {
+        let header = format!("x-anthropic-billing-header: {session}\nYou are a coding agent.");
+        assert_eq!(count(with(json!(header))).await, plain, "{session}");
+        let blocks = json!([{"type": "text", "text": format!("x-anthropic-billing-header: {session}")},
+            {"type": "text", "text": "You are a coding agent."}]);
+        let as_blocks = count(with(blocks)).await;
+        let plain_blocks = count(with(
+            json!([{"type": "text", "text": "You are a coding agent."}]),
+        ))
+        .await;
+        assert_eq!(as_blocks, plain_blocks, "{session} as blocks");
+    }
+}
