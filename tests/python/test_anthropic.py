@@ -43,16 +43,21 @@ def test_messages_plain(plain, model_id):
         assert plain.usage.output_tokens == PARAMS["max_tokens"]
 
 
+def prompt_total(usage):
+    """The whole prompt: Anthropic's input_tokens leave out what the prompt cache supplied."""
+    return usage.input_tokens + (usage.cache_read_input_tokens or 0)
+
+
 def test_messages_system(claude, model_id, plain):
     pirate = "You are a pirate. Every reply you give must sound like a pirate, matey."
     a = claude.messages.create(model=model_id, system=pirate, messages=SEA, **PARAMS)
     assert a.content[0].text.strip()
-    assert a.usage.input_tokens != plain.usage.input_tokens, "the system prompt changed nothing"
+    assert prompt_total(a.usage) != prompt_total(plain.usage), "the system prompt changed nothing"
     # The block form of `system` is the same prompt.
     b = claude.messages.create(
         model=model_id, system=[{"type": "text", "text": pirate}], messages=SEA, max_tokens=1, extra_body=GREEDY
     )
-    assert b.usage.input_tokens == a.usage.input_tokens
+    assert prompt_total(b.usage) == prompt_total(a.usage)
 
 
 def test_messages_stream_matches(claude, model_id, plain):
@@ -63,7 +68,7 @@ def test_messages_stream_matches(claude, model_id, plain):
     assert final.content[0].text == text
     assert final.stop_reason == plain.stop_reason
     assert final.usage.output_tokens == plain.usage.output_tokens
-    assert final.usage.input_tokens == plain.usage.input_tokens
+    assert prompt_total(final.usage) == prompt_total(plain.usage)
 
 
 def test_messages_raw_stream_event_order(claude, model_id):
@@ -149,7 +154,7 @@ def test_messages_stop_sequence(claude, model_id, plain):
 
 def test_messages_count_tokens(claude, model_id, plain):
     n = claude.messages.count_tokens(model=model_id, messages=SEA)
-    assert n.input_tokens == plain.usage.input_tokens
+    assert n.input_tokens == prompt_total(plain.usage)
 
 
 def test_messages_error_envelope(server, model_id):

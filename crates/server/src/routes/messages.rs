@@ -304,6 +304,15 @@ pub async fn create(
     }
 }
 
+/// Anthropic's usage: `input_tokens` are the prompt tokens not read from the cache (the
+/// cached ones are `cache_read_input_tokens`; together they are the whole prompt).
+fn usage_json(o: &Outcome) -> Value {
+    json!({"input_tokens": o.prompt_tokens - o.cached_tokens.min(o.prompt_tokens),
+        "output_tokens": o.tokens.len(),
+        "cache_read_input_tokens": o.cached_tokens,
+        "cache_creation_input_tokens": 0})
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum OpenBlock {
     Text,
@@ -381,9 +390,12 @@ impl Run {
     }
 
     fn message(&self, stop: Option<(&str, Option<&str>)>, outcome: Option<&Outcome>) -> Value {
-        let (input, output, cached) = outcome.map_or((self.prompt_tokens, 0, 0), |o| {
-            (o.prompt_tokens, o.tokens.len(), o.cached_tokens)
-        });
+        let usage = match outcome {
+            Some(o) => usage_json(o),
+            // Before the engine has admitted the request, nothing is known to be cached.
+            None => json!({"input_tokens": self.prompt_tokens, "output_tokens": 0,
+                "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}),
+        };
         let mut m = json!({
             "id": self.id,
             "type": "message",
@@ -392,8 +404,7 @@ impl Run {
             "content": if stop.is_some() { json!(self.blocks) } else { json!([]) },
             "stop_reason": stop.map(|s| s.0),
             "stop_sequence": stop.and_then(|s| s.1),
-            "usage": {"input_tokens": input, "output_tokens": output,
-                "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0},
+            "usage": usage,
         });
         if let Some(o) = outcome {
             m["tensorfold"] = common::receipt_json(o);
@@ -435,7 +446,7 @@ impl Run {
                 };
                 out.push(json!({"type": "message_delta",
                     "delta": {"stop_reason": stop.0, "stop_sequence": stop.1},
-                    "usage": {"output_tokens": outcome.tokens.len()}}));
+                    "usage": usage_json(&outcome)}));
                 out.push(json!({"type": "message_stop"}));
                 self.result = Some(self.message(Some(stop), Some(&outcome)));
             }

@@ -97,3 +97,43 @@ async fn the_billing_header_line_is_left_out() {
         assert_eq!(as_blocks, plain_blocks, "{session} as blocks");
     }
 }
+
+/// Anthropic's usage: `input_tokens` leave out what the prompt cache supplied
+/// (`cache_read_input_tokens`), in the JSON reply and in the stream's `message_delta`.
+#[tokio::test]
+async fn usage_splits_cached_tokens_out() {
+    let state = shared_state();
+    let body = json!({"model": MODEL_ID, "max_tokens": 3, "temperature": 0,
+        "system": "You answer questions about the sea. ".repeat(8),
+        "messages": [{"role": "user", "content": "How deep is it?"}]});
+    let prompt = post(&state, "/v1/messages/count_tokens", &body)
+        .await
+        .json()["input_tokens"]
+        .as_u64()
+        .unwrap();
+    post(&state, "/v1/messages", &body).await;
+    let again = post(&state, "/v1/messages", &body).await.json();
+    let u = &again["usage"];
+    let cached = u["cache_read_input_tokens"].as_u64().unwrap();
+    assert!(cached >= 16, "the repeated prompt was cached: {u}");
+    assert_eq!(u["input_tokens"].as_u64().unwrap() + cached, prompt, "{u}");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let text = post(&state, "/v1/messages", &streamed).await.text();
+    let delta = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap())
+        .find(|d| d["type"] == "message_delta")
+        .expect("a message_delta event");
+    assert_eq!(
+        delta["usage"]["cache_read_input_tokens"].as_u64(),
+        Some(cached),
+        "{delta}"
+    );
+    assert_eq!(
+        delta["usage"]["input_tokens"].as_u64(),
+        Some(prompt - cached),
+        "{delta}"
+    );
+}
