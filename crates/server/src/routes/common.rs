@@ -111,10 +111,20 @@ pub fn done_marker() -> Event {
     Event::default().data("[DONE]")
 }
 
+/// How an idle stream (a long prompt prefilling before the first token) tells the client it is
+/// alive, every 15 s.
+#[derive(Clone, Copy)]
+pub enum Idle {
+    /// An SSE comment (OpenAI's APIs).
+    Comment,
+    /// Anthropic's `ping` event: its clients watch for events, not comments.
+    Ping,
+}
+
 /// An SSE response of named events (Responses API, Anthropic): `next` yields each step's JSON
 /// events (their `type` names the event) and the state for the next step, `None` at the end.
 /// Dropping the response (the client went away) drops the state.
-pub fn named_sse<T, F, Fut>(state: T, next: F) -> Response
+pub fn named_sse<T, F, Fut>(idle: Idle, state: T, next: F) -> Response
 where
     T: Send + 'static,
     F: FnMut(T) -> Fut + Send + 'static,
@@ -126,7 +136,9 @@ where
             Ok::<Event, Infallible>(named(&kind, &e))
         }))
     });
-    Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    let keep_alive = match idle {
+        Idle::Comment => KeepAlive::default(),
+        Idle::Ping => KeepAlive::default().event(named("ping", &json!({"type": "ping"}))),
+    };
+    Sse::new(events).keep_alive(keep_alive).into_response()
 }

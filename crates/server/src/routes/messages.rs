@@ -281,10 +281,14 @@ pub async fn create(
         result: None,
     };
     if req.stream {
-        return Ok(common::named_sse(run, |mut run| async move {
-            let events = run.next().await?;
-            Some((events, run))
-        }));
+        return Ok(common::named_sse(
+            common::Idle::Ping,
+            run,
+            |mut run| async move {
+                let events = run.next().await?;
+                Some((events, run))
+            },
+        ));
     }
     let mut run = run;
     let mut last = Value::Null;

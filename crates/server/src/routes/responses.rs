@@ -405,10 +405,14 @@ async fn create_inner(state: SharedState, body: Value) -> ApiResult<Response> {
     let stream = req.stream;
     let mut run = ResponseRun::start(&state, req, None).await?;
     if stream {
-        return Ok(common::named_sse(run, |mut run| async move {
-            let events = run.next().await?;
-            Some((events, run))
-        }));
+        return Ok(common::named_sse(
+            common::Idle::Comment,
+            run,
+            |mut run| async move {
+                let events = run.next().await?;
+                Some((events, run))
+            },
+        ));
     }
     while run.next().await.is_some() {}
     let result = run.result.take().unwrap_or(Value::Null);

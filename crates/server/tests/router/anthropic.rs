@@ -137,3 +137,32 @@ async fn usage_splits_cached_tokens_out() {
         "{delta}"
     );
 }
+
+/// While a prompt prefills, a stream is idle: Anthropic clients get `ping` events (not SSE
+/// comments, which their clients do not count) until the first token. The runtime's clock is
+/// paused, so it jumps past the 15 s keep-alive interval whenever the server waits for the engine.
+#[tokio::test(start_paused = true)]
+async fn an_idle_stream_sends_anthropic_pings() {
+    let state = shared_state();
+    let body = json!({"model": MODEL_ID, "max_tokens": 2, "temperature": 0, "stream": true,
+        "messages": [{"role": "user", "content": "Describe the sea. ".repeat(40)}]});
+    let text = post(&state, "/v1/messages", &body).await.text();
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    let first_block = names
+        .iter()
+        .position(|n| *n == "content_block_start")
+        .unwrap();
+    let pings = names[..first_block]
+        .iter()
+        .filter(|n| **n == "ping")
+        .count();
+    assert!(pings >= 2, "pings while the prompt prefilled: {names:?}");
+    assert!(
+        !text.contains("\n:\n") && !text.starts_with(':'),
+        "no comments: {text}"
+    );
+    assert!(text.contains("data: {\"type\":\"ping\"}"), "{text}");
+}
