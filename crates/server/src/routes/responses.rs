@@ -3,6 +3,7 @@
 //! ([`super::responses_ws`]). One [`ResponseRun`] drives a response for all three transports,
 //! so their events are the same.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -31,9 +32,11 @@ pub struct ResponseRequest {
     stream: bool,
     store: bool,
     echo: Value,
+    /// The functions of `namespace` tools, by the name the model sees.
+    namespaces: Namespaces,
 }
 
-fn input_items(conv: &mut Conversation, input: &Value) -> ApiResult<()> {
+fn input_items(conv: &mut Conversation, input: &Value, namespaces: &Namespaces) -> ApiResult<()> {
     let items = match input {
         Value::String(s) => {
             conv.user(s.clone());
@@ -81,7 +84,14 @@ fn input_items(conv: &mut Conversation, input: &Value) -> ApiResult<()> {
                 }
             }
             "function_call" => {
-                let name = text_of("name")?;
+                let mut name = text_of("name")?;
+                // A namespace function's call goes back under the name the model was shown.
+                if let Some(ns) = obj.get("namespace").and_then(Value::as_str) {
+                    let shown = namespaces.iter().find(|(_, v)| v.0 == ns && v.1 == name);
+                    if let Some((shown, _)) = shown {
+                        name = shown.clone();
+                    }
+                }
                 let args = prompt::arguments_value(&text_of("arguments")?, &at("arguments"))?;
                 let call_id = text_of("call_id")?;
                 conv.assistant(None, reasoning.take(), vec![(call_id, name, args)]);
@@ -115,28 +125,66 @@ fn input_items(conv: &mut Conversation, input: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-fn tools(f: &Fields) -> ApiResult<Vec<Value>> {
-    let mut out = Vec::new();
+/// Functions inside `namespace` tools, by the name the model sees: (namespace, function name).
+pub type Namespaces = HashMap<String, (String, String)>;
+
+/// The tools the model is shown: function tools, and the functions of `namespace` tools (each
+/// under its own name, or `namespace.name` where two would share a name). Tools the server
+/// cannot run (hosted ones: `web_search`, `file_search`, `image_generation`, ...) are left out
+/// of the prompt rather than refused, as clients such as Codex send them by default.
+fn tools(f: &Fields) -> ApiResult<(Vec<Value>, Namespaces)> {
+    // (namespace, function, where it is in the request)
+    let mut found: Vec<(Option<String>, &Value, String)> = Vec::new();
+    let function =
+        |t: &Value| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function";
     for (i, t) in f.array("tools")?.into_iter().flatten().enumerate() {
-        let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind != "function" {
-            return Err(ApiError::invalid(
-                &format!("tools[{i}].type"),
-                format!("only function tools are supported, got '{kind}'"),
-            ));
+        match t.get("type").and_then(Value::as_str).unwrap_or("") {
+            "function" => found.push((None, t, format!("tools[{i}]"))),
+            "namespace" => {
+                let ns = t.get("name").and_then(Value::as_str).unwrap_or("");
+                let members = t.get("tools").and_then(Value::as_array);
+                for (j, member) in members.into_iter().flatten().enumerate() {
+                    if function(member) {
+                        let at = format!("tools[{i}].tools[{j}]");
+                        found.push((Some(ns.to_string()), member, at));
+                    }
+                }
+            }
+            _ => {}
         }
-        // Accept the chat form ({"function": {...}}) as well as the flat Responses form.
+    }
+    let name_of = |t: &Value| {
+        // The chat form ({"function": {...}}) as well as the flat Responses form.
         let func = t.get("function").unwrap_or(t);
-        let name = func.get("name").and_then(Value::as_str).ok_or_else(|| {
-            ApiError::invalid(&format!("tools[{i}].name"), "each function needs a 'name'")
+        func.get("name").and_then(Value::as_str).map(str::to_string)
+    };
+    let mut count: HashMap<String, usize> = HashMap::new();
+    for (_, t, _) in &found {
+        if let Some(n) = name_of(t) {
+            *count.entry(n).or_default() += 1;
+        }
+    }
+    let mut out = Vec::new();
+    let mut namespaces = Namespaces::new();
+    for (ns, t, at) in found {
+        let func = t.get("function").unwrap_or(t);
+        let name = name_of(t).ok_or_else(|| {
+            ApiError::invalid(&format!("{at}.name"), "each function needs a 'name'")
         })?;
+        let shown = match &ns {
+            Some(ns) if count[&name] > 1 => format!("{ns}.{name}"),
+            _ => name.clone(),
+        };
+        if let Some(ns) = ns {
+            namespaces.insert(shown.clone(), (ns, name));
+        }
         out.push(prompt::tool_json(
-            name,
+            &shown,
             func.get("description"),
             func.get("parameters"),
         ));
     }
-    Ok(out)
+    Ok((out, namespaces))
 }
 
 pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
@@ -159,7 +207,8 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
     let input = f
         .get("input")
         .ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
-    input_items(&mut history, input)?;
+    let (tools, namespaces) = tools(&f)?;
+    input_items(&mut history, input, &namespaces)?;
     let history = history.finish();
     let instructions = f.str("instructions")?;
     let mut conv = Conversation::default();
@@ -192,7 +241,6 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
         None => Map::new(),
     };
     let gen = params::read(&f, &state.config.defaults, &["max_output_tokens"], "stop")?;
-    let tools = tools(&f)?;
     let tool_choice = prompt::tool_choice(f.get("tool_choice"))?;
     let echo = json!({
         "instructions": instructions,
@@ -221,6 +269,7 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
         stream: f.bool("stream")?.unwrap_or(false),
         store: f.bool("store")?.unwrap_or(true),
         echo,
+        namespaces,
     })
 }
 
@@ -261,7 +310,7 @@ impl ResponseRun {
             backend,
             generation: Some(generation),
             parser: rendered.parser(common::new_id("call_")),
-            builder: EventBuilder::new(parallel, stream_id),
+            builder: EventBuilder::new(parallel, stream_id, req.namespaces.clone()),
             id: common::new_id("resp_"),
             created: common::now_secs(),
             req,

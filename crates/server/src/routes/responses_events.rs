@@ -30,10 +30,16 @@ pub struct EventBuilder {
     pub reasoning_text: String,
     /// The WebSocket `stream_id`, echoed on every event.
     stream_id: Option<Value>,
+    /// Calls of a `namespace` tool's function come back with its name and namespace.
+    namespaces: super::responses::Namespaces,
 }
 
 impl EventBuilder {
-    pub fn new(parallel: bool, stream_id: Option<Value>) -> EventBuilder {
+    pub fn new(
+        parallel: bool,
+        stream_id: Option<Value>,
+        namespaces: super::responses::Namespaces,
+    ) -> EventBuilder {
         EventBuilder {
             seq: 0,
             items: Vec::new(),
@@ -42,6 +48,7 @@ impl EventBuilder {
             calls: 0,
             reasoning_text: String::new(),
             stream_id,
+            namespaces,
         }
     }
 
@@ -135,8 +142,15 @@ impl EventBuilder {
     fn function_call(&mut self, call: ToolCall, out: &mut Vec<Value>) {
         let index = self.items.len();
         let id = new_id("fc_");
+        let (namespace, name) = match self.namespaces.get(&call.name) {
+            Some((ns, name)) => (Some(ns.clone()), name.clone()),
+            None => (None, call.name.clone()),
+        };
         let mut item = json!({"id": id, "type": "function_call", "status": "in_progress",
-            "call_id": call.id, "name": call.name, "arguments": ""});
+            "call_id": call.id, "name": name, "arguments": ""});
+        if let Some(ns) = &namespace {
+            item["namespace"] = json!(ns);
+        }
         out.push(self.event(
             "response.output_item.added",
             json!({"output_index": index, "item": item}),
@@ -148,7 +162,7 @@ impl EventBuilder {
         out.push(self.event(
             "response.function_call_arguments.done",
             json!({"item_id": id, "output_index": index, "arguments": call.arguments,
-                "name": call.name}),
+                "name": name}),
         ));
         item["status"] = json!("completed");
         item["arguments"] = json!(call.arguments);

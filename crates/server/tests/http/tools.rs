@@ -155,3 +155,54 @@ fn anthropic_tool_use_block() {
     );
     assert!(block["input"].is_object(), "{block}");
 }
+
+/// What Codex sends: a `namespace` tool (its functions are shown to the model, and a call of one
+/// comes back with its name and namespace), and hosted tools the server cannot run (left out of
+/// the prompt, not refused).
+#[test]
+fn responses_namespace_and_hosted_tools() {
+    let s = shared();
+    let mut function = weather_function();
+    function["type"] = json!("function");
+    let namespace = json!({"type": "namespace", "name": "forecast",
+        "description": "Weather services.", "tools": [function]});
+    let hosted = [
+        json!({"type": "web_search"}),
+        json!({"type": "image_generation"}),
+    ];
+    let tools = json!([hosted[0], namespace, hosted[1]]);
+    let body = json!({"model": MODEL_ID, "input": QUESTION, "max_output_tokens": 40,
+        "temperature": 0, "tools": tools, "tool_choice": "required"});
+    let reply = s.post_ok("/v1/responses", &body);
+    assert_eq!(reply["status"], "completed", "{reply}");
+    let item = &reply["output"][0];
+    assert_eq!(item["type"], "function_call", "{reply}");
+    assert_eq!(item["name"], "get_weather", "{item}");
+    assert_eq!(item["namespace"], "forecast", "{item}");
+    arguments_object(&item["arguments"]);
+    // The same call as a plain function tool: the same bytes (only the tools list differs in
+    // the request, not in the prompt).
+    let plain = json!({"model": MODEL_ID, "input": QUESTION, "max_output_tokens": 40,
+        "temperature": 0, "tools": [function], "tool_choice": "required"});
+    let same = s.post_ok("/v1/responses", &plain);
+    assert_eq!(
+        same["tensorfold"]["token_sha"], reply["tensorfold"]["token_sha"],
+        "hosted tools and the namespace change nothing in the prompt"
+    );
+    // The call goes back in the next request's input with its namespace.
+    let next = json!({"model": MODEL_ID, "max_output_tokens": 8, "temperature": 0,
+        "tools": tools, "input": [
+            {"role": "user", "content": QUESTION},
+            {"type": "function_call", "call_id": item["call_id"], "name": "get_weather",
+                "namespace": "forecast", "arguments": item["arguments"]},
+            {"type": "function_call_output", "call_id": item["call_id"], "output": "22 C"}]});
+    let answer = s.post_ok("/v1/responses", &next);
+    assert!(
+        ["completed", "incomplete"].contains(&answer["status"].as_str().unwrap()),
+        "{answer}"
+    );
+    assert!(
+        answer["usage"]["input_tokens"].as_u64() > reply["usage"]["input_tokens"].as_u64(),
+        "the call and its output are in the prompt: {answer}"
+    );
+}

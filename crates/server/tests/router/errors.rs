@@ -442,14 +442,17 @@ async fn responses_errors() {
         Some("invalid_value"),
         "'input_image'",
     );
-    let body = json!({"input": "Hi", "tools": [{"type": "web_search"}]});
+    // Hosted tools are left out (tests/http/tools.rs); a function still needs a name, also
+    // inside a namespace.
+    let body = json!({"input": "Hi", "tools": [{"type": "web_search"},
+        {"type": "namespace", "name": "crm", "tools": [{"type": "function"}]}]});
     let r = post(&state, "/v1/responses", &body).await;
     assert_openai_error(
         &r,
         400,
-        Some("tools[0].type"),
+        Some("tools[1].tools[0].name"),
         Some("invalid_value"),
-        "'web_search'",
+        "needs a 'name'",
     );
 }
 
