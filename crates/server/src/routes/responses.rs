@@ -34,6 +34,7 @@ pub struct ResponseRequest {
     echo: Value,
     /// The functions of `namespace` tools, by the name the model sees.
     namespaces: Namespaces,
+    generate: bool,
 }
 
 fn input_items(conv: &mut Conversation, input: &Value, namespaces: &Namespaces) -> ApiResult<()> {
@@ -188,6 +189,16 @@ fn tools(f: &Fields) -> ApiResult<(Vec<Value>, Namespaces)> {
 }
 
 pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
+    parse_on(state, body, |_| None)
+}
+
+/// [`parse`], with `local` looking up a `previous_response_id` first (a WebSocket connection's
+/// own earlier responses, kept whatever their `store` said), then the store.
+pub fn parse_on(
+    state: &SharedState,
+    body: &Value,
+    local: impl Fn(&str) -> Option<Vec<Value>>,
+) -> ApiResult<ResponseRequest> {
     let f = Fields::new(body)?;
     state.check_model(f.str("model")?)?;
     if f.bool("background")? == Some(true) {
@@ -198,7 +209,8 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
     }
     let mut history = Conversation::default();
     if let Some(prev) = f.str("previous_response_id")? {
-        let (_, conversation) = state.store.get(prev).ok_or_else(|| ApiError {
+        let conversation = local(prev).or_else(|| state.store.get(prev).map(|(_, c)| c));
+        let conversation = conversation.ok_or_else(|| ApiError {
             param: Some("previous_response_id".into()),
             ..ApiError::not_found(format!("Previous response with id '{prev}' not found."))
         })?;
@@ -270,7 +282,66 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ResponseRequest> {
         store: f.bool("store")?.unwrap_or(true),
         echo,
         namespaces,
+        generate: f.bool("generate")?.unwrap_or(true),
     })
+}
+
+/// A response object: its identity, status and output, and the request's echoed settings.
+fn response_object(
+    id: &str,
+    created: u64,
+    model: &str,
+    status: &str,
+    output: Vec<Value>,
+    req: &ResponseRequest,
+) -> Value {
+    let mut r = json!({
+        "id": id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": null,
+        "incomplete_details": null,
+        "model": model,
+        "output": output,
+        "usage": null,
+    });
+    for (k, v) in req.echo.as_object().into_iter().flatten() {
+        r[k] = v.clone();
+    }
+    r
+}
+
+impl ResponseRequest {
+    /// Whether the request asked for no generation (`"generate": false`: Codex's prewarm of a
+    /// WebSocket connection).
+    pub fn generates(&self) -> bool {
+        self.generate
+    }
+
+    /// The answer to a request that generates nothing: `response.created` and
+    /// `response.completed` with no output, and the response's id and conversation (its input),
+    /// which a later request on the same connection may continue.
+    pub fn without_generation(
+        self,
+        state: &SharedState,
+        stream_id: Option<Value>,
+    ) -> (Vec<Value>, String, Vec<Value>) {
+        let id = common::new_id("resp_");
+        let model = &state.config.model_id;
+        let created = common::now_secs();
+        let mut b = EventBuilder::new(false, stream_id, Namespaces::new());
+        let mut done = response_object(&id, created, model, "completed", Vec::new(), &self);
+        done["usage"] = json!({"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 0});
+        let start = response_object(&id, created, model, "in_progress", Vec::new(), &self);
+        let events = vec![
+            b.event("response.created", json!({"response": start})),
+            b.event("response.completed", json!({"response": done})),
+        ];
+        (events, id, self.history)
+    }
 }
 
 /// One response in progress: its events, in order, then the stored result.
@@ -286,6 +357,8 @@ pub struct ResponseRun {
     started: bool,
     /// The finished response object.
     pub result: Option<Value>,
+    /// The finished response's conversation (its input and output), stored or not.
+    pub conversation: Option<Vec<Value>>,
 }
 
 impl ResponseRun {
@@ -316,25 +389,18 @@ impl ResponseRun {
             req,
             started: false,
             result: None,
+            conversation: None,
         })
     }
 
     fn object(&self, status: &str, output: Vec<Value>) -> Value {
-        let mut r = json!({
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created,
-            "status": status,
-            "error": null,
-            "incomplete_details": null,
-            "model": self.state.config.model_id,
-            "output": output,
-            "usage": null,
-        });
-        for (k, v) in self.req.echo.as_object().into_iter().flatten() {
-            r[k] = v.clone();
-        }
-        r
+        let model = &self.state.config.model_id;
+        response_object(&self.id, self.created, model, status, output, &self.req)
+    }
+
+    /// The response's id.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// The next events; `None` once the response is over.
@@ -401,13 +467,17 @@ impl ResponseRun {
             "total_tokens": outcome.prompt_tokens + output_tokens,
         });
         r["tensorfold"] = common::receipt_json(outcome);
-        if self.req.store && !matches!(outcome.finish, Finish::Error(_)) {
+        if !matches!(outcome.finish, Finish::Error(_)) {
             let mut conv = Conversation::default();
             conv.extend(self.req.history.clone());
             append_output(&mut conv, &items);
-            self.state
-                .store
-                .insert(self.id.clone(), r.clone(), conv.finish());
+            let conv = conv.finish();
+            if self.req.store {
+                self.state
+                    .store
+                    .insert(self.id.clone(), r.clone(), conv.clone());
+            }
+            self.conversation = Some(conv);
         }
         self.result = Some(r.clone());
         self.builder.event(kind, json!({"response": r}))

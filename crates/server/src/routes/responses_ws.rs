@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::routes::responses::{parse, ResponseRun};
+use crate::routes::responses::{parse_on, ResponseRun};
 use crate::state::SharedState;
 
 pub async fn websocket(
@@ -75,8 +75,28 @@ async fn session(state: SharedState, mut socket: WebSocket) {
     let _ = futures_util::SinkExt::close(&mut socket).await;
 }
 
+/// Responses of one connection that a later `previous_response_id` on it may continue whatever
+/// their `store` said (the WebSocket mode's rule): the most recent few, by id.
+struct Recent(VecDeque<(String, Vec<Value>)>);
+
+impl Recent {
+    const KEEP: usize = 4;
+
+    fn get(&self, id: &str) -> Option<Vec<Value>> {
+        self.0.iter().find(|(i, _)| i == id).map(|(_, c)| c.clone())
+    }
+
+    fn add(&mut self, id: String, conversation: Vec<Value>) {
+        if self.0.len() == Self::KEEP {
+            self.0.pop_front();
+        }
+        self.0.push_back((id, conversation));
+    }
+}
+
 async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
     let mut queue: VecDeque<Value> = VecDeque::new();
+    let mut recent = Recent(VecDeque::new());
     loop {
         let event = match queue.pop_front() {
             Some(e) => e,
@@ -86,8 +106,17 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
                 Incoming::Ignore => continue,
             },
         };
-        let mut run = match start(state, event).await {
-            Ok(run) => run,
+        let mut run = match start(state, event, &recent).await {
+            Ok(Started::Run(run)) => run,
+            Ok(Started::Answered(events, id, conversation)) => {
+                recent.add(id, conversation);
+                for e in &events {
+                    if !send(socket, e).await {
+                        return;
+                    }
+                }
+                continue;
+            }
             Err(e) => {
                 if !send(socket, &error_event(&e)).await {
                     return;
@@ -98,7 +127,12 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
         loop {
             tokio::select! {
                 events = run.next() => {
-                    let Some(events) = events else { break };
+                    let Some(events) = events else {
+                        if let Some(conversation) = run.conversation.take() {
+                            recent.add(run.id().to_string(), conversation);
+                        }
+                        break;
+                    };
                     for e in &events {
                         if !send(socket, e).await {
                             return;
@@ -116,7 +150,18 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
     }
 }
 
-async fn start(state: &SharedState, mut event: Value) -> Result<ResponseRun, ApiError> {
+/// What a `response.create` started: a generation, or (`"generate": false`) an answer at once
+/// with the response's id and conversation.
+enum Started {
+    Run(ResponseRun),
+    Answered(Vec<Value>, String, Vec<Value>),
+}
+
+async fn start(
+    state: &SharedState,
+    mut event: Value,
+    recent: &Recent,
+) -> Result<Started, ApiError> {
     let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
     if kind == "invalid" {
         let why = event["error"].as_str().unwrap_or("").to_string();
@@ -140,6 +185,12 @@ async fn start(state: &SharedState, mut event: Value) -> Result<ResponseRun, Api
             obj.entry(k).or_insert(v);
         }
     }
-    let req = parse(state, &event)?;
-    ResponseRun::start(state, req, stream_id).await
+    let req = parse_on(state, &event, |id| recent.get(id))?;
+    if !req.generates() {
+        let (events, id, conversation) = req.without_generation(state, stream_id);
+        return Ok(Started::Answered(events, id, conversation));
+    }
+    Ok(Started::Run(
+        ResponseRun::start(state, req, stream_id).await?,
+    ))
 }

@@ -230,3 +230,50 @@ fn responses_over_websocket() {
     ws.send_frame(0x8, &[0x03, 0xe8]);
     assert_eq!(ws.recv(), None);
 }
+
+/// What Codex does on a WebSocket: a `"generate": false` prewarm is answered at once (created,
+/// completed, no output) and its input stays on the connection; a follow-up with
+/// `previous_response_id` and `store: false` continues the connection's earlier responses,
+/// and equals the same conversation sent whole over HTTP.
+#[test]
+fn codex_prewarm_and_unstored_follow_ups() {
+    let s = shared();
+    let mut ws = Ws::connect(s.addr);
+    let mut prewarm = create(SHORT_QUESTION);
+    prewarm["generate"] = json!(false);
+    prewarm["store"] = json!(false);
+    ws.send(&prewarm);
+    let created = ws.recv_json();
+    assert_eq!(created["type"], "response.created", "{created}");
+    let done = ws.recv_json();
+    assert_eq!(done["type"], "response.completed", "{done}");
+    assert_eq!(done["response"]["output"], json!([]), "{done}");
+    let warm_id = done["response"]["id"].as_str().unwrap().to_string();
+
+    // The first turn continues the prewarm (its input is already the question).
+    let first = json!({"type": "response.create", "model": MODEL_ID, "input": [],
+        "previous_response_id": warm_id, "store": false, "max_output_tokens": 12,
+        "temperature": 0});
+    ws.send(&first);
+    let one = check_response_events(&ws.response_events());
+    let second = json!({"type": "response.create", "model": MODEL_ID, "input": "And why?",
+        "previous_response_id": one["id"], "store": false, "max_output_tokens": 12,
+        "temperature": 0});
+    ws.send(&second);
+    let two = check_response_events(&ws.response_events());
+
+    // Neither was stored: over HTTP the ids are unknown.
+    let (status, _) = s.get(&format!("/v1/responses/{}", one["id"].as_str().unwrap()));
+    assert_eq!(status, 404);
+    // The same conversation sent whole over HTTP gives the same reply bytes.
+    let whole = json!({"model": MODEL_ID, "max_output_tokens": 12, "temperature": 0,
+        "input": [
+            {"role": "user", "content": SHORT_QUESTION},
+            {"role": "assistant", "content": one["output"][0]["content"][0]["text"]},
+            {"role": "user", "content": "And why?"}]});
+    let http = s.post_ok("/v1/responses", &whole);
+    assert_eq!(
+        http["tensorfold"]["token_sha"], two["tensorfold"]["token_sha"],
+        "{http}"
+    );
+}
