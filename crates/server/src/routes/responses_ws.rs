@@ -153,7 +153,7 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
 /// What a `response.create` started: a generation, or (`"generate": false`) an answer at once
 /// with the response's id and conversation.
 enum Started {
-    Run(ResponseRun),
+    Run(Box<ResponseRun>),
     Answered(Vec<Value>, String, Vec<Value>),
 }
 
@@ -190,7 +190,6 @@ async fn start(
         let (events, id, conversation) = req.without_generation(state, stream_id);
         return Ok(Started::Answered(events, id, conversation));
     }
-    Ok(Started::Run(
-        ResponseRun::start(state, req, stream_id).await?,
-    ))
+    let run = ResponseRun::start(state, req, stream_id).await?;
+    Ok(Started::Run(Box::new(run)))
 }
