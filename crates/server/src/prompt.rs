@@ -226,7 +226,23 @@ pub fn content_text(content: Option<&Value>, param: &str) -> ApiResult<Option<St
 
 /// One tool in template shape. `function` holds `name`, `description`, `parameters` (a null
 /// or missing schema becomes an empty object schema).
-pub fn tool_json(name: &str, description: Option<&Value>, parameters: Option<&Value>) -> Value {
+/// A tool in the template's shape. `parameters` (at `param` in the request) must be a JSON Schema
+/// object where it is given: anything else would reach the template as garbage.
+pub fn tool_json(
+    name: &str,
+    description: Option<&Value>,
+    parameters: Option<&Value>,
+    param: &str,
+) -> ApiResult<Value> {
+    if let Some(p) = parameters.filter(|p| !p.is_null() && !p.is_object()) {
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "'{param}' must be a JSON Schema object, got {}",
+                json_kind(p)
+            ),
+        ));
+    }
     let mut function = Map::new();
     function.insert("name".into(), json!(name));
     if let Some(d) = description.filter(|d| !d.is_null()) {
@@ -237,7 +253,18 @@ pub fn tool_json(name: &str, description: Option<&Value>, parameters: Option<&Va
         _ => json!({"type": "object", "properties": {}}),
     };
     function.insert("parameters".into(), params);
-    json!({"type": "function", "function": Value::Object(function)})
+    Ok(json!({"type": "function", "function": Value::Object(function)}))
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// `tool_choice` in OpenAI's forms: "none" | "auto" | "required" | {"type": "function",

@@ -123,7 +123,8 @@ pub fn chat_tools(f: &Fields) -> ApiResult<Vec<Value>> {
             name,
             func.get("description"),
             func.get("parameters"),
-        ));
+            &format!("tools[{i}].function.parameters"),
+        )?);
     }
     Ok(tools)
 }

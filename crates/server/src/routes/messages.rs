@@ -195,7 +195,8 @@ fn parse(state: &SharedState, body: &Value, need_max_tokens: bool) -> ApiResult<
             name,
             t.get("description"),
             t.get("input_schema"),
-        ));
+            &format!("tools[{i}].input_schema"),
+        )?);
     }
     let tool_choice = match f.object("tool_choice")? {
         None => None,

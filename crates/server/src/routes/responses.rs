@@ -183,7 +183,8 @@ fn tools(f: &Fields) -> ApiResult<(Vec<Value>, Namespaces)> {
             &shown,
             func.get("description"),
             func.get("parameters"),
-        ));
+            &format!("{at}.parameters"),
+        )?);
     }
     Ok((out, namespaces))
 }

@@ -512,3 +512,37 @@ async fn tokenizer_endpoints_check_their_input() {
     let r = post(&state, "/tokenize", &json!({})).await;
     assert_openai_error(&r, 400, Some("content"), Some("invalid_value"), "'content'");
 }
+
+/// A tool's parameters must be a JSON Schema object on every API (they reach the template).
+#[tokio::test]
+async fn tool_parameters_must_be_schema_objects() {
+    let state = shared_state();
+    let chat = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]});
+    let r = post(&state, "/v1/chat/completions", &chat).await;
+    assert_openai_error(
+        &r,
+        400,
+        Some("tools[0].function.parameters"),
+        Some("invalid_value"),
+        "must be a JSON Schema object, got a string",
+    );
+    let responses = json!({"input": "Hi", "tools": [{"type": "function", "name": "f",
+        "parameters": [1]}]});
+    let r = post(&state, "/v1/responses", &responses).await;
+    assert_openai_error(
+        &r,
+        400,
+        Some("tools[0].parameters"),
+        Some("invalid_value"),
+        "got an array",
+    );
+    let messages = json!({"max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}],
+        "tools": [{"name": "f", "input_schema": 5}]});
+    let r = post(&state, "/v1/messages", &messages).await;
+    assert_anthropic_error(&r, 400, "invalid_request_error", "tools[0].input_schema");
+    // Absent or null parameters still mean "no arguments".
+    let ok = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": null}}]});
+    assert_eq!(post(&state, "/v1/chat/completions", &ok).await.status, 200);
+}
