@@ -25,6 +25,16 @@ pub fn read(
     max_keys: &[&str],
     stop_key: &str,
 ) -> ApiResult<GenFields> {
+    // A bias would change the logits every draw reads; until it is part of them (the same in
+    // drafted and serial rows), a request that sets one is refused rather than served without.
+    if let Some(bias) = f.object("logit_bias")? {
+        if !bias.raw().is_empty() {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                "'logit_bias' is not supported by this server",
+            ));
+        }
+    }
     let mut params = SamplingParams::default();
     params.temperature = f
         .f32_in("temperature", 0.0, 2.0)?

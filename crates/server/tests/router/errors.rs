@@ -546,3 +546,39 @@ async fn tool_parameters_must_be_schema_objects() {
         "tools": [{"type": "function", "function": {"name": "f", "parameters": null}}]});
     assert_eq!(post(&state, "/v1/chat/completions", &ok).await.status, 200);
 }
+
+/// `logit_bias` is refused (not silently ignored) where it would change a reply; empty is fine.
+#[tokio::test]
+async fn logit_bias_is_refused_not_ignored() {
+    let state = shared_state();
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+        "logit_bias": {"42": -100}});
+    let r = post(&state, "/v1/chat/completions", &body).await;
+    assert_openai_error(
+        &r,
+        400,
+        Some("logit_bias"),
+        Some("invalid_value"),
+        "not supported",
+    );
+    let r = post(
+        &state,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2,
+        "logit_bias": {"7": 5}}),
+    )
+    .await;
+    assert_openai_error(
+        &r,
+        400,
+        Some("logit_bias"),
+        Some("invalid_value"),
+        "not supported",
+    );
+    let empty = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+        "logit_bias": {}});
+    assert_eq!(
+        post(&state, "/v1/chat/completions", &empty).await.status,
+        200
+    );
+}
