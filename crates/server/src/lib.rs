@@ -4,6 +4,7 @@
 //! ([`generate`]), the engine's events become text ([`output`]) and API replies ([`routes`]).
 
 pub mod auth;
+pub mod blocking;
 pub mod error;
 pub mod extract;
 pub mod fields;

@@ -35,6 +35,21 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+/// Instructions one render may execute. Real templates render a long agent conversation (a
+/// few hundred messages, dozens of tools) in well under a million; a template that loops
+/// without end (a malicious or broken GGUF) stops here, in about a second, with an error.
+pub const RENDER_FUEL: u64 = 50_000_000;
+
+/// Template variables the caller owns: `extra_kwargs` (a request's `chat_template_kwargs`)
+/// cannot replace them.
+const OWNED: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
 fn template_error(e: Error) -> TextError {
     TextError::Template(e.to_string())
 }
@@ -50,6 +65,7 @@ impl ChatTemplate {
             .build()
             .map_err(template_error)?;
         env.set_syntax(syntax);
+        env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
@@ -65,8 +81,9 @@ impl ChatTemplate {
 
     /// Renders a conversation. `messages` and `tools` are OpenAI-style JSON objects (key order is
     /// kept, as Python dicts keep it); `tools: None` is the template variable `tools = none`.
-    /// `extra_kwargs` (e.g. `enable_thinking`) become further variables and override the
-    /// standard ones.
+    /// `extra_kwargs` (e.g. `enable_thinking`) become further variables; the standard ones
+    /// (`messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`) are never
+    /// replaced by them. A render that runs past [`RENDER_FUEL`] instructions is an error.
     pub fn render(
         &self,
         messages: &[serde_json::Value],
@@ -91,7 +108,9 @@ impl ChatTemplate {
             ctx.insert("eos_token".into(), Value::from(eos.as_str()));
         }
         for (key, value) in extra_kwargs {
-            ctx.insert(key.clone(), Value::from(Serde(value)));
+            if !OWNED.contains(&key.as_str()) {
+                ctx.insert(key.clone(), Value::from(Serde(value)));
+            }
         }
         let template = self
             .env
@@ -535,5 +554,41 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, "<s>HI</s>");
+    }
+
+    /// A template that loops (nearly) forever stops with an error instead of hanging.
+    #[test]
+    fn a_runaway_template_runs_out_of_fuel() {
+        let src =
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+        let start = std::time::Instant::now();
+        let err = render(src, serde_json::json!([])).unwrap_err().to_string();
+        assert!(err.contains("fuel"), "{err}");
+        // (Not a timing assertion: the loop would run for hours without fuel.)
+        eprintln!("stopped after {:?}", start.elapsed());
+        // An ordinary template is far from the limit.
+        let ok = render(
+            "{% for m in messages %}{{ m.content }}{% endfor %}",
+            serde_json::json!([{"content": "a"}]),
+        );
+        assert_eq!(ok.unwrap(), "a");
+    }
+
+    /// `chat_template_kwargs` cannot replace the variables the server owns.
+    #[test]
+    fn kwargs_cannot_replace_owned_variables() {
+        let t = ChatTemplate::new(
+            "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ add_generation_prompt }}{{ flavour }}",
+            Some("<s>"),
+            None,
+        )
+        .unwrap();
+        let messages = [serde_json::json!({"content": "hi"})];
+        let kwargs = serde_json::json!({"messages": [{"content": "forged"}], "bos_token": "<x>",
+            "add_generation_prompt": true, "flavour": "!"});
+        let out = t
+            .render(&messages, None, false, kwargs.as_object().unwrap())
+            .unwrap();
+        assert_eq!(out, "<s>hiFalse!");
     }
 }

@@ -211,7 +211,10 @@ pub async fn start(
     prompt_param: &str,
     wording: params::Wording,
 ) -> ApiResult<(Generation, Rendered)> {
-    let rendered = prompt::render(backend, chat)?;
+    let rendered = {
+        let (backend, chat) = (backend.clone(), chat.clone());
+        crate::blocking::run(move || prompt::render(&backend, &chat)).await?
+    };
     let max_tokens = params::reply_length(
         prompt_param,
         rendered.tokens.len(),

@@ -101,7 +101,10 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         None => false,
     };
     let backend = state.backend()?;
-    let prompt = prompt_ids(&backend, f.get("prompt"))?;
+    let prompt = {
+        let (backend, value) = (backend.clone(), f.get("prompt").cloned());
+        crate::blocking::run(move || prompt_ids(&backend, value.as_ref())).await?
+    };
     let max_tokens = params::reply_length(
         "prompt",
         prompt.len(),

@@ -57,7 +57,7 @@ pub async fn model(State(state): State<SharedState>, Path(id): Path<String>) -> 
 }
 
 pub async fn tokenize(State(state): State<SharedState>, JsonBody(body): JsonBody) -> Response {
-    match tokenize_inner(&state, &body) {
+    match crate::blocking::run(move || tokenize_inner(&state, &body)).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => e.into_response(),
     }

@@ -250,7 +250,8 @@ pub async fn count_tokens(
     let JsonBody(body) = body?;
     let req = parse(&state, &body, false)?;
     let backend = state.backend()?;
-    let rendered = prompt::render(&backend, &req.chat)?;
+    let chat = req.chat;
+    let rendered = crate::blocking::run(move || prompt::render(&backend, &chat)).await?;
     Ok(Json(json!({"input_tokens": rendered.tokens.len()})))
 }
 

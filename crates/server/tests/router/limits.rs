@@ -135,3 +135,30 @@ async fn oversized_body_is_413() {
     let r = send(&state, Method::POST, "/v1/messages", &[], body).await;
     assert_anthropic_error(&r, 413, "request_too_large", "32 MiB");
 }
+
+/// Tokenizing a large request runs off the async workers: on a runtime with one thread, a
+/// health check sent after a large `/tokenize` has started is answered before the tokenize
+/// finishes (inline, the tokenize would hold the only thread until done).
+#[tokio::test(flavor = "current_thread")]
+async fn tokenizing_does_not_hold_the_async_workers() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let state = shared_state();
+    let order = Arc::new(AtomicUsize::new(0));
+    let big = json!({"content": "the quick brown fox jumps over the lazy dog ".repeat(50_000)});
+    let (s, o) = (state.clone(), order.clone());
+    let tokenize = tokio::spawn(async move {
+        let r = post(&s, "/tokenize", &big).await;
+        (r.status.as_u16(), o.fetch_add(1, Ordering::SeqCst))
+    });
+    // Let the tokenize start.
+    tokio::task::yield_now().await;
+    let health = send(&state, Method::GET, "/health", &[], "").await;
+    let health_done = order.fetch_add(1, Ordering::SeqCst);
+    let (status, tokenize_done) = tokenize.await.unwrap();
+    assert_eq!((health.status.as_u16(), status), (200, 200));
+    assert!(
+        health_done < tokenize_done,
+        "the health check waited for the tokenize to finish"
+    );
+}
