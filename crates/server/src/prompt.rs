@@ -358,6 +358,20 @@ pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
         tool_prefill(backend.tool_format, choice.as_ref())
     };
     text.push_str(&prefill);
+    if let Some(n) = backend.tokenizer.min_tokens(text.len()) {
+        if n >= backend.context {
+            return Err(ApiError::context_exceeded(
+                format!(
+                    "prompt is too long: at least {n} tokens > {} maximum ({} bytes, refused \
+                     before tokenizing); this model's maximum context length leaves no room \
+                     for a reply.",
+                    backend.context,
+                    text.len()
+                ),
+                "messages",
+            ));
+        }
+    }
     let tokens = backend
         .tokenizer
         .encode_chat(&text)

@@ -20,6 +20,14 @@ use crate::state::{Backend, SharedState};
 
 /// The prompt as token ids: a string (special tokens parsed, BOS added where the model wants
 /// one), a list of ids, or a one-element list of either.
+/// Whether `text`'s bytes alone prove it cannot fit the context.
+fn too_long(backend: &Backend, text: &str) -> bool {
+    backend
+        .tokenizer
+        .min_tokens(text.len())
+        .is_some_and(|n| n >= backend.context)
+}
+
 fn prompt_ids(backend: &Backend, value: Option<&Value>) -> ApiResult<Vec<TokenId>> {
     let bad = || {
         ApiError::invalid(
@@ -47,6 +55,18 @@ fn prompt_ids(backend: &Backend, value: Option<&Value>) -> ApiResult<Vec<TokenId
     };
     let ids = match value {
         None => return Err(ApiError::invalid("prompt", "'prompt' is required")),
+        Some(Value::String(s)) if too_long(backend, s) => {
+            return Err(ApiError::context_exceeded(
+                format!(
+                    "prompt is too long: at least {} tokens > {} maximum ({} bytes, refused \
+                     before tokenizing)",
+                    backend.tokenizer.min_tokens(s.len()).unwrap_or(0),
+                    backend.context,
+                    s.len()
+                ),
+                "prompt",
+            ))
+        }
         Some(Value::String(s)) => backend
             .tokenizer
             .encode_chat(s)

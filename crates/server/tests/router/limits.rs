@@ -162,3 +162,28 @@ async fn tokenizing_does_not_hold_the_async_workers() {
         "the health check waited for the tokenize to finish"
     );
 }
+
+/// A prompt whose bytes alone prove it cannot fit is refused before it is tokenized.
+#[tokio::test]
+async fn a_prompt_too_long_to_fit_is_refused_before_tokenizing() {
+    let state = shared_state();
+    let huge = "a".repeat(CONTEXT * 1024);
+    for (uri, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": huge}], "max_tokens": 4}),
+        ),
+        (
+            "/v1/messages",
+            json!({"messages": [{"role": "user", "content": huge}], "max_tokens": 4}),
+        ),
+    ] {
+        let r = post(&state, uri, &body).await;
+        assert_eq!(r.status.as_u16(), 400, "{uri}");
+        let m = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            m.contains("prompt is too long: at least") && m.contains("before tokenizing"),
+            "{m}"
+        );
+    }
+}

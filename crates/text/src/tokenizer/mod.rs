@@ -122,6 +122,8 @@ pub struct Tokenizer {
     kinds: Vec<TokenKind>,
     ids: HashMap<String, TokenId>,
     bytes: Vec<Box<[u8]>>,
+    /// The longest token's bytes.
+    max_token_bytes: usize,
     specials: SpecialMatcher,
     engine: Engine,
     bos_id: Option<TokenId>,
@@ -191,12 +193,20 @@ impl Tokenizer {
         }
         eog_ids.sort_unstable();
         eog_ids.dedup();
+        let max_token_bytes = parts
+            .bytes
+            .iter()
+            .map(|b| b.len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Ok(Tokenizer {
             source: parts.source,
             tokens: parts.tokens,
             kinds: parts.kinds,
             ids,
             bytes: parts.bytes,
+            max_token_bytes,
             specials,
             engine: parts.engine,
             bos_id,
@@ -335,6 +345,17 @@ impl Tokenizer {
     }
 
     /// Number of ids (largest id + 1).
+    /// A lower bound on the tokens `text_bytes` bytes of text encode to, known without
+    /// encoding them (no token covers more bytes than the longest): so that a text that cannot
+    /// fit a context is refused before the work of tokenizing it. `None` for `tokenizer.json`
+    /// vocabularies, whose normalizers may drop characters.
+    pub fn min_tokens(&self, text_bytes: usize) -> Option<usize> {
+        match self.engine {
+            Engine::Hf(_) => None,
+            Engine::Bpe(_) | Engine::Spm(_) => Some(text_bytes / self.max_token_bytes),
+        }
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.tokens.len()
     }
