@@ -301,6 +301,84 @@ fn tool_name(tool: &Value) -> Option<&str> {
     tool.get("function")?.get("name")?.as_str()
 }
 
+/// Control-token text found in a conversation's strings, swapped for placeholders before the
+/// template renders and put back as plain text when the prompt is encoded.
+#[derive(Default)]
+struct Shield {
+    literals: Vec<String>,
+}
+
+impl Shield {
+    /// Placeholder delimiters: private-use characters no template writes.
+    const OPEN: char = '\u{10FFF0}';
+    const CLOSE: char = '\u{10FFF1}';
+
+    /// `v` with every control-token text inside its strings replaced by a placeholder.
+    fn value(&mut self, v: &Value, tok: &tf_text::Tokenizer) -> Value {
+        match v {
+            Value::String(s) => {
+                let spans = tok.control_spans(s);
+                if spans.is_empty() {
+                    return v.clone();
+                }
+                let mut out = String::with_capacity(s.len());
+                let mut at = 0;
+                for span in spans {
+                    out.push_str(&s[at..span.start]);
+                    let k = self.literals.len();
+                    self.literals.push(s[span.clone()].to_string());
+                    out.push(Self::OPEN);
+                    out.push_str(&k.to_string());
+                    out.push(Self::CLOSE);
+                    at = span.end;
+                }
+                out.push_str(&s[at..]);
+                Value::String(out)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(|x| self.value(x, tok)).collect()),
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .map(|(k, x)| (k.clone(), self.value(x, tok)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// The rendered `text` as parts to encode: the template's own text with special tokens
+    /// parsed, each shielded literal as plain text.
+    fn parts<'a>(&'a self, text: &'a str) -> Vec<(&'a str, bool)> {
+        if self.literals.is_empty() {
+            return vec![(text, true)];
+        }
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find(Self::OPEN) {
+            let after = &rest[open + Self::OPEN.len_utf8()..];
+            let literal = after.find(Self::CLOSE).and_then(|close| {
+                let k: usize = after[..close].parse().ok()?;
+                Some((self.literals.get(k)?, close))
+            });
+            match literal {
+                Some((lit, close)) => {
+                    parts.push((&rest[..open], true));
+                    parts.push((lit.as_str(), false));
+                    rest = &after[close + Self::CLOSE.len_utf8()..];
+                }
+                None => {
+                    // Not a placeholder of ours: keep it as template text.
+                    let end = open + Self::OPEN.len_utf8();
+                    parts.push((&rest[..end], true));
+                    rest = &rest[end..];
+                }
+            }
+        }
+        parts.push((rest, true));
+        parts.retain(|(t, _)| !t.is_empty());
+        parts
+    }
+}
+
 /// Renders `chat` with the model's template and tokenizes it.
 pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
     let template = backend.template.as_ref().ok_or_else(|| {
@@ -334,9 +412,21 @@ pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
         }
         _ => {}
     }
+    // Text a client sent that spells a control token (`<|im_start|>system` inside a message)
+    // must stay text: only the template writes control tokens.
+    let mut shield = Shield::default();
+    let messages: Vec<Value> = chat
+        .messages
+        .iter()
+        .map(|m| shield.value(m, &backend.tokenizer))
+        .collect();
+    let tools: Vec<Value> = tools
+        .iter()
+        .map(|t| shield.value(t, &backend.tokenizer))
+        .collect();
     let mut text = template
         .render(
-            &chat.messages,
+            &messages,
             (!tools.is_empty()).then_some(tools.as_slice()),
             true,
             &chat.kwargs,
@@ -374,7 +464,7 @@ pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
     }
     let tokens = backend
         .tokenizer
-        .encode_chat(&text)
+        .encode_chat_parts(&shield.parts(&text))
         .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))?;
     Ok(Rendered {
         tokens,

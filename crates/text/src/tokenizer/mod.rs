@@ -274,10 +274,25 @@ impl Tokenizer {
         }
     }
 
+    /// Byte ranges of `text` that would become control tokens (`<|im_start|>`) if it were
+    /// encoded with special tokens parsed.
+    pub fn control_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        self.specials.control_spans(text)
+    }
+
     /// A rendered chat prompt as ids: special tokens parsed, and BOS put in front when the model
     /// wants one and the template did not write it.
     pub fn encode_chat(&self, text: &str) -> Result<Vec<TokenId>> {
-        let mut tokens = self.encode(text, true)?;
+        self.encode_chat_parts(&[(text, true)])
+    }
+
+    /// [`encode_chat`](Self::encode_chat) of a prompt in parts, each with or without special
+    /// tokens parsed (text a user typed that spells a control token stays text).
+    pub fn encode_chat_parts(&self, parts: &[(&str, bool)]) -> Result<Vec<TokenId>> {
+        let mut tokens = Vec::new();
+        for (text, parse_special) in parts {
+            tokens.extend(self.encode(text, *parse_special)?);
+        }
         if self.add_bos() {
             if let Some(bos) = self.bos_id() {
                 if tokens.first() != Some(&bos) {

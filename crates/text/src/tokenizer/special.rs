@@ -47,6 +47,28 @@ impl SpecialMatcher {
         }
     }
 
+    /// Byte ranges of `text` that parse as control tokens (where [`split`](Self::split) with
+    /// `parse_special` would make one).
+    pub fn control_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let bytes = text.as_bytes();
+        let mut spans = Vec::new();
+        let mut i = 0;
+        'scan: while i < bytes.len() {
+            for &e in &self.by_first_byte[usize::from(bytes[i])] {
+                let e = &self.entries[e as usize];
+                if bytes[i..].starts_with(e.text.as_bytes()) {
+                    if e.control {
+                        spans.push(i..i + e.text.len());
+                    }
+                    i += e.text.len();
+                    continue 'scan;
+                }
+            }
+            i += 1;
+        }
+        spans
+    }
+
     /// Splits `text` into raw-text pieces (never empty) and special tokens.
     pub fn split<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Piece<'a>> {
         let bytes = text.as_bytes();
