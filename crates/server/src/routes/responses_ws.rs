@@ -22,7 +22,13 @@ pub async fn websocket(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     match ws {
-        Ok(ws) => ws.on_upgrade(move |socket| session(state, socket)),
+        Ok(ws) => {
+            // A message may be as large as an HTTP body, no larger.
+            let limit = state.config.body_limit_bytes;
+            ws.max_message_size(limit)
+                .max_frame_size(limit)
+                .on_upgrade(move |socket| session(state, socket))
+        }
         Err(_) => ApiError {
             status: StatusCode::METHOD_NOT_ALLOWED,
             ..ApiError::bad_request(
@@ -53,10 +59,18 @@ enum Incoming {
     Create(Value),
     Close,
     Ignore,
+    /// A message over the size limit: answered with an error event and a 1009 close.
+    TooBig,
 }
+
+/// `response.create` events waiting behind a running response, at most; more get an error
+/// event (a queued event holds its whole JSON).
+const MAX_QUEUED: usize = 16;
 
 fn classify(msg: Option<Result<Message, axum::Error>>) -> Incoming {
     let text = match msg {
+        // The WebSocket library's capacity error ("Space limit exceeded: Message too long").
+        Some(Err(e)) if e.to_string().contains("too long") => return Incoming::TooBig,
         None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Incoming::Close,
         Some(Ok(Message::Text(t))) => t.to_string(),
         Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
@@ -66,6 +80,19 @@ fn classify(msg: Option<Result<Message, axum::Error>>) -> Incoming {
         Ok(v) => Incoming::Create(v),
         Err(e) => Incoming::Create(json!({"type": "invalid", "error": e.to_string()})),
     }
+}
+
+/// Answers an oversized message: an error event, then a close with code 1009 (message too
+/// big).
+async fn too_big(state: &SharedState, socket: &mut WebSocket) {
+    let limit = state.config.body_limit_bytes;
+    let e = ApiError::payload_too_large(limit);
+    let _ = send(socket, &error_event(&e)).await;
+    let frame = axum::extract::ws::CloseFrame {
+        code: 1009,
+        reason: format!("messages are limited to {limit} bytes").into(),
+    };
+    let _ = socket.send(Message::Close(Some(frame))).await;
 }
 
 async fn session(state: SharedState, mut socket: WebSocket) {
@@ -103,6 +130,7 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
             None => match classify(socket.recv().await) {
                 Incoming::Create(v) => v,
                 Incoming::Close => return,
+                Incoming::TooBig => return too_big(state, socket).await,
                 Incoming::Ignore => continue,
             },
         };
@@ -142,6 +170,19 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
                 incoming = socket.recv() => match classify(incoming) {
                     // Dropping the run cancels its request.
                     Incoming::Close => return,
+                    Incoming::TooBig => return too_big(state, socket).await,
+                    Incoming::Create(_) if queue.len() >= MAX_QUEUED => {
+                        let e = ApiError {
+                            status: StatusCode::TOO_MANY_REQUESTS,
+                            ..ApiError::bad_request(format!(
+                                "{MAX_QUEUED} response.create events already wait on this \
+                                 connection; send more when a response completes"
+                            ))
+                        };
+                        if !send(socket, &error_event(&e)).await {
+                            return;
+                        }
+                    }
                     Incoming::Create(v) => queue.push_back(v),
                     Incoming::Ignore => {}
                 },

@@ -17,6 +17,8 @@ const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 
 pub struct Ws {
     stream: TcpStream,
+    /// The code of the server's close frame, once one came.
+    pub close_code: Option<u16>,
 }
 
 impl Ws {
@@ -44,7 +46,10 @@ impl Ws {
         let lower = head.to_ascii_lowercase();
         assert!(lower.contains("upgrade: websocket"), "{head}");
         assert!(head.contains(&format!(": {ACCEPT}\r\n")), "{head}");
-        Ws { stream }
+        Ws {
+            stream,
+            close_code: None,
+        }
     }
 
     /// Sends one masked frame.
@@ -95,7 +100,10 @@ impl Ws {
             let mut payload = vec![0u8; len];
             self.stream.read_exact(&mut payload).unwrap();
             match opcode {
-                0x8 => return None,
+                0x8 => {
+                    self.close_code = payload.get(..2).map(|c| u16::from_be_bytes([c[0], c[1]]));
+                    return None;
+                }
                 0x9 => self.send_frame(0xA, &payload),
                 0xA => {}
                 0x0 | 0x1 => {
@@ -275,5 +283,53 @@ fn codex_prewarm_and_unstored_follow_ups() {
     assert_eq!(
         http["tensorfold"]["token_sha"], two["tensorfold"]["token_sha"],
         "{http}"
+    );
+}
+
+/// A message over the body limit is answered with an error event and a close with code 1009
+/// (the frame's header is enough to refuse it); more `response.create` events than the queue
+/// holds while a response runs get error events, and the queued ones still run.
+#[test]
+fn oversized_messages_and_a_full_queue() {
+    let s = shared();
+    let mut ws = Ws::connect(s.addr);
+    // A text frame announcing 64 MiB (over the 32 MiB limit), with a few bytes of it.
+    let mut frame = vec![0x81, 0x80 | 127];
+    frame.extend_from_slice(&(64u64 << 20).to_be_bytes());
+    frame.extend_from_slice(&[1, 2, 3, 4]);
+    frame.extend_from_slice(&[b'x'; 64]);
+    ws.stream.write_all(&frame).unwrap();
+    let e = ws.recv_json();
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["status"], 413, "{e}");
+    assert!(ws.recv().is_none(), "then the socket closes");
+    assert_eq!(ws.close_code, Some(1009));
+
+    let mut ws = Ws::connect(s.addr);
+    let mut long = create(SHORT_QUESTION);
+    long["max_output_tokens"] = json!(48);
+    long["ignore_eos"] = json!(true);
+    ws.send(&long);
+    let mut short = create(SHORT_QUESTION);
+    short["max_output_tokens"] = json!(1);
+    for _ in 0..20 {
+        ws.send(&short);
+    }
+    let (mut errors, mut done) = (0, 0);
+    while done < 17 {
+        let e = ws.recv_json();
+        match e["type"].as_str().unwrap() {
+            "error" => {
+                assert_eq!(e["status"], 429, "{e}");
+                errors += 1;
+            }
+            "response.completed" | "response.incomplete" => done += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        (errors, done),
+        (4, 17),
+        "16 queued behind the first, 4 refused"
     );
 }
