@@ -219,7 +219,7 @@ impl SpillStore {
                 continue;
             };
             let mut head = Vec::with_capacity(HEADER_BYTES);
-            let read = fs::File::open(entry.path())
+            let read = open_regular(&entry.path(), false)
                 .and_then(|f| f.take(HEADER_BYTES as u64).read_to_end(&mut head));
             if read.is_err() {
                 continue;
@@ -391,7 +391,8 @@ impl SpillStore {
             return None;
         }
         let path = self.path_of(hash);
-        let data = fs::read(&path)
+        let expected = self.entries.get(hash).map_or(0, |e| e.bytes);
+        let data = read_block_file(&path, expected)
             .map_err(|e| e.to_string())
             .and_then(|b| decode(&self.salt, hash, &b).map_err(str::to_string));
         match data {
@@ -399,7 +400,7 @@ impl SpillStore {
                 self.stats.reads += 1;
                 self.touch(hash);
                 // So that the next run's initial order reflects this use (best effort).
-                if let Ok(f) = fs::File::options().write(true).open(&path) {
+                if let Ok(f) = open_regular(&path, true) {
                     let _ = f.set_modified(SystemTime::now());
                 }
                 Some(d)
@@ -428,6 +429,43 @@ impl SpillStore {
     pub fn remove(&mut self, hash: &BlockHash) -> bool {
         self.remove_entry(hash)
     }
+}
+
+/// Opens `path` only if it is a regular file: without following a symbolic link and without
+/// blocking (a FIFO or a device planted in the cache directory would otherwise wedge the
+/// engine thread that reads it).
+fn open_regular(path: &Path, write: bool) -> io::Result<fs::File> {
+    let mut options = fs::File::options();
+    options.read(!write).write(write);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// The bytes of a block file that must be `expected` bytes long, read only if it is a regular
+/// file of exactly that length (a huge file is refused, not read).
+fn read_block_file(path: &Path, expected: u64) -> io::Result<Vec<u8>> {
+    let file = open_regular(path, false)?;
+    let len = file.metadata()?.len();
+    if len != expected {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{len} bytes where {expected} were written"),
+        ));
+    }
+    let mut data = Vec::with_capacity(expected as usize);
+    file.take(expected).read_to_end(&mut data)?;
+    Ok(data)
 }
 
 #[cfg(test)]
@@ -532,6 +570,42 @@ mod tests {
         assert_eq!(s.stats().bytes, 2 * SIZE);
         assert_eq!(bits(&s.get(&hash(2)).unwrap()), bits(&block(2)));
         assert_eq!(s.stats().failures, 0);
+    }
+
+    /// A FIFO, a symbolic link or a huge file put where a block file was is refused at once
+    /// (never read, never waited on), deleted and counted; the store goes on.
+    #[cfg(unix)]
+    #[test]
+    fn planted_files_are_refused_without_blocking() {
+        let d = TempDir::new("planted");
+        let mut s = SpillStore::open(&d.0, 1 << 20, SALT).unwrap();
+        for (i, what) in ["fifo", "symlink", "huge"].into_iter().enumerate() {
+            let h = hash(10 + i as u8);
+            assert!(s.put(&h, &block(1)));
+            let path = s.path_of(&h);
+            fs::remove_file(&path).unwrap();
+            match what {
+                "fifo" => {
+                    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+                    // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+                }
+                "symlink" => {
+                    let target = d.0.join("elsewhere");
+                    fs::write(&target, encode(&SALT, &h, &block(1))).unwrap();
+                    std::os::unix::fs::symlink(&target, &path).unwrap();
+                }
+                _ => {
+                    let f = fs::File::create(&path).unwrap();
+                    f.set_len(1 << 40).unwrap();
+                }
+            }
+            assert_eq!(s.get(&h), None, "{what}");
+            assert!(!s.contains(&h), "{what}: forgotten");
+        }
+        assert_eq!(s.stats().failures, 3);
+        assert!(s.put(&hash(20), &block(2)));
+        assert_eq!(bits(&s.get(&hash(20)).unwrap()), bits(&block(2)));
     }
 
     #[test]
