@@ -56,6 +56,33 @@ pub async fn require_key(State(state): State<SharedState>, req: Request, next: N
     }
 }
 
+/// Refuses with 413 at once a request whose declared `Content-Length` is over the body limit,
+/// before any of the body is read (a client that declares a terabyte and sends a few bytes
+/// would otherwise hold the connection until it gives up).
+pub async fn declared_length(
+    State(state): State<SharedState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let limit = state.config.body_limit_bytes;
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit as u64 => {
+            let error = ApiError::payload_too_large(limit);
+            if req.uri().path().starts_with("/v1/messages") {
+                AnthropicError(error).into_response()
+            } else {
+                error.into_response()
+            }
+        }
+        _ => next.run(req).await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::constant_time_eq;

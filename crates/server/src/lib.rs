@@ -52,6 +52,10 @@ pub fn router(state: SharedState) -> Router {
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
+            auth::declared_length,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
             auth::require_key,
         ))
         .with_state(state)

@@ -136,6 +136,18 @@ async fn oversized_body_is_413() {
     assert_anthropic_error(&r, 413, "request_too_large", "32 MiB");
 }
 
+/// A body declared over the limit is refused from its header alone, before any of it is read.
+#[tokio::test]
+async fn a_declared_length_over_the_limit_is_413_at_once() {
+    let state = shared_state();
+    let small = r#"{"prompt": "Hi", "max_tokens": 1}"#;
+    let huge = [("content-length", "1000000000000")];
+    let r = send(&state, Method::POST, "/v1/completions", &huge, small).await;
+    assert_openai_error(&r, 413, None, None, "limit of 32 MiB");
+    let r = send(&state, Method::POST, "/v1/messages", &huge, small).await;
+    assert_anthropic_error(&r, 413, "request_too_large", "32 MiB");
+}
+
 /// Tokenizing a large request runs off the async workers: on a runtime with one thread, a
 /// health check sent after a large `/tokenize` has started is answered before the tokenize
 /// finishes (inline, the tokenize would hold the only thread until done).
