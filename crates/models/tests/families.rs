@@ -80,6 +80,16 @@ fn logits(model: &Model, pool: &ThreadPool, tokens: &[u32], chunk: usize) -> Vec
     out
 }
 
+/// The fixture's token sequence `i`.
+fn sequence(fixture: &Value, i: usize) -> Vec<u32> {
+    fixture["sequences"][i]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
 fn log_softmax(row: &[f32]) -> Vec<f64> {
     let m = row.iter().fold(f64::MIN, |a, &b| a.max(b as f64));
     let z: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
@@ -157,18 +167,8 @@ fn every_family_matches_transformers_from_safetensors_and_gguf() {
     let pool = ThreadPool::new(2);
     for (name, dir) in families() {
         let fixture = read_json(&dir.join("logits.json"));
-        let seqs: Vec<Vec<u32>> = fixture["sequences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                s.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|t| t.as_u64().unwrap() as u32)
-                    .collect()
-            })
-            .collect();
+        let n = fixture["sequences"].as_array().unwrap().len();
+        let seqs: Vec<Vec<u32>> = (0..n).map(|i| sequence(&fixture, i)).collect();
         let primary = &fixture["outputs"];
         let gguf_ref = match fixture.get("gguf_reading") {
             Some(g) if !GGUF_AS_PRIMARY.contains(&name.as_str()) => &g["outputs"],
@@ -211,12 +211,7 @@ fn every_family_is_row_exact_under_chunking() {
     let one = ThreadPool::new(1);
     for (name, dir) in families() {
         let fixture = read_json(&dir.join("logits.json"));
-        let tokens: Vec<u32> = fixture["sequences"][2]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
+        let tokens = sequence(&fixture, 2);
         for path in [dir.join("hf"), dir.join("model.gguf")] {
             let model = Model::load(&path).unwrap();
             let whole = logits(&model, &pool, &tokens, tokens.len());
@@ -242,12 +237,7 @@ fn sliding_window_changes_only_rows_past_it() {
     for name in ["gemma3", "mistral", "phi3"] {
         let dir = fixtures().join(name);
         let fixture = read_json(&dir.join("logits.json"));
-        let tokens: Vec<u32> = fixture["sequences"][2]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
+        let tokens = sequence(&fixture, 2);
         let config: Value = read_json(&dir.join("hf/config.json"));
         let window = config["sliding_window"].as_u64().unwrap() as usize;
         let mut wide = config.clone();

@@ -21,7 +21,8 @@ pub fn parse_body(bytes: &[u8]) -> ApiResult<Value> {
     })
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// "a string", "an array", ...: for error messages.
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

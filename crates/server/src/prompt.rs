@@ -239,7 +239,7 @@ pub fn tool_json(
             param,
             format!(
                 "'{param}' must be a JSON Schema object, got {}",
-                json_kind(p)
+                crate::fields::type_name(p)
             ),
         ));
     }
@@ -254,17 +254,6 @@ pub fn tool_json(
     };
     function.insert("parameters".into(), params);
     Ok(json!({"type": "function", "function": Value::Object(function)}))
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// `tool_choice` in OpenAI's forms: "none" | "auto" | "required" | {"type": "function",
