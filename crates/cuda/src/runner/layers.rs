@@ -33,6 +33,18 @@ impl CudaRunner {
         }
     }
 
+    /// What every op reads: the model, the GPU and the call's row count (owned, so that the
+    /// op may borrow the runner's buffers mutably beside them).
+    fn call(
+        &self,
+    ) -> (
+        std::sync::Arc<tf_models::Model>,
+        std::sync::Arc<crate::Gpu>,
+        usize,
+    ) {
+        (self.model.clone(), self.gpu.clone(), self.call_rows)
+    }
+
     fn mark(&mut self, what: &'static str) {
         let gpu = self.gpu.clone();
         self.prof.mark(&gpu, what);
@@ -43,7 +55,7 @@ impl LayerOps for CudaRunner {
     type Error = CudaError;
 
     fn embed(&mut self, _plan: &Plan) -> Result<()> {
-        let (model, gpu, m) = (self.model.clone(), self.gpu.clone(), self.call_rows);
+        let (model, gpu, m) = self.call();
         let cfg = &model.config;
         let s = &mut self.s;
         let first = &self.w.layers[0];
@@ -66,7 +78,7 @@ impl LayerOps for CudaRunner {
         let t = self.tag;
         self.tag += 4;
         self.layer_tag = t;
-        let (model, gpu, m) = (self.model.clone(), self.gpu.clone(), self.call_rows);
+        let (model, gpu, m) = self.call();
         let cfg = &model.config;
         let (qd, kvd, hd, eps) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.norm_eps);
         let dims = self.dims(lp);
@@ -188,12 +200,8 @@ impl LayerOps for CudaRunner {
     }
 
     fn attn_out(&mut self, li: usize, _lp: &LayerPlan) -> Result<()> {
-        let (model, gpu, m, t) = (
-            self.model.clone(),
-            self.gpu.clone(),
-            self.call_rows,
-            self.layer_tag,
-        );
+        let (model, gpu, m) = self.call();
+        let t = self.layer_tag;
         let cfg = &model.config;
         let lw = &self.w.layers[li];
         let s = &mut self.s;
@@ -207,12 +215,8 @@ impl LayerOps for CudaRunner {
     }
 
     fn mlp(&mut self, li: usize, _lp: &LayerPlan, _last: bool) -> Result<()> {
-        let (model, gpu, m, t) = (
-            self.model.clone(),
-            self.gpu.clone(),
-            self.call_rows,
-            self.layer_tag,
-        );
+        let (model, gpu, m) = self.call();
+        let t = self.layer_tag;
         let cfg = &model.config;
         let (d, f, eps) = (cfg.d_model, cfg.ffn_dim, cfg.norm_eps);
         let lw = &self.w.layers[li];
