@@ -15,9 +15,13 @@ use crate::GlobalArgs;
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// Shape to copy: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, llama3.2-1b (with
-    /// its RoPE scaling) or gemma3-270m.
+    /// its RoPE scaling), gemma3-270m or qwen3-30b-a3b (128 experts, 8 per token).
     #[arg(long, value_name = "MODEL")]
     pub like: String,
+    /// Keep only the first N layers of the shape (a model too big for this machine's memory,
+    /// measured at the same width; say so with its figures).
+    #[arg(long, value_name = "N")]
+    pub layers: Option<usize>,
     /// Tensor types: q4_k_m (llama.cpp's mix, per tensor), q8_0 or f16.
     #[arg(long, value_name = "QUANT", default_value = "q4_k_m")]
     pub quant: String,
@@ -71,9 +75,16 @@ fn shape(like: &str) -> Result<(SynthSpec, bool)> {
             s.sliding_window = Some(512);
             (s, true)
         }
+        "qwen3-30b-a3b" => {
+            let mut s = SynthSpec::shaped(
+                "qwen3moe", 48, 2048, 32, 4, 128, 768, 151936, 40960, 1e6, f32,
+            );
+            s.experts = Some((128, 8));
+            (s, false)
+        }
         other => bail!(
             "unknown --like {other:?}: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, \
-             llama3.2-1b or gemma3-270m"
+             llama3.2-1b, gemma3-270m or qwen3-30b-a3b"
         ),
     })
 }
@@ -109,8 +120,14 @@ fn fit(dtype: DType, k: usize) -> DType {
     }
 }
 
-fn spec_for(like: &str, quant: &str, seed: u64) -> Result<SynthSpec> {
+fn spec_for(like: &str, quant: &str, seed: u64, layers: Option<usize>) -> Result<SynthSpec> {
     let (mut spec, tied) = shape(like)?;
+    if let Some(n) = layers {
+        if n == 0 || n > spec.n_layers {
+            bail!("--layers {n}: {like} has 1..={} layers", spec.n_layers);
+        }
+        spec.n_layers = n;
+    }
     let d = spec.d_model;
     let f = spec.ffn_dim;
     spec.seed = seed;
@@ -141,8 +158,13 @@ fn spec_for(like: &str, quant: &str, seed: u64) -> Result<SynthSpec> {
             for i in more_bits_layers(spec.n_layers) {
                 spec.overrides
                     .push((format!("blk.{i}.attn_v.weight"), fit(DType::Q6K, d)));
+                let down = if spec.experts.is_some() {
+                    "ffn_down_exps"
+                } else {
+                    "ffn_down"
+                };
                 spec.overrides
-                    .push((format!("blk.{i}.ffn_down.weight"), fit(DType::Q6K, f)));
+                    .push((format!("blk.{i}.{down}.weight"), fit(DType::Q6K, f)));
             }
         }
         other => bail!("unknown --quant {other:?}: q4_k_m, q8_0 or f16"),
@@ -151,16 +173,18 @@ fn spec_for(like: &str, quant: &str, seed: u64) -> Result<SynthSpec> {
 }
 
 pub fn run(args: &SynthArgs, _global: &GlobalArgs) -> Result<()> {
-    let spec = spec_for(&args.like, &args.quant, args.seed)?;
+    let spec = spec_for(&args.like, &args.quant, args.seed, args.layers)?;
     let start = std::time::Instant::now();
     write_synth_gguf(&spec, &args.out)
         .with_context(|| format!("writing {}", args.out.display()))?;
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     eprintln!(
-        "synth: {} ({} {}, seed {}): {:.2} GiB in {:.1} s",
+        "synth: {} ({} {}{}, seed {}): {:.2} GiB in {:.1} s",
         args.out.display(),
         args.like,
         args.quant,
+        args.layers
+            .map_or(String::new(), |n| format!(", first {n} layers")),
         args.seed,
         bytes as f64 / (1u64 << 30) as f64,
         start.elapsed().as_secs_f64()

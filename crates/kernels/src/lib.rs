@@ -11,6 +11,7 @@
 //! * [`matmul`]: quantized and float matrix products, split over output columns only.
 //! * [`ops`]: RMSNorm, RoPE, SwiGLU.
 //! * [`attention`] over the paged KV cache ([`kv`]) with the canonical key-chunk order.
+//! * [`moe`]: mixture-of-experts routing (ties to the lower expert id) and the fixed-order combine.
 //! * [`pool`]: the persistent worker pool.
 
 pub mod actq;
@@ -19,6 +20,7 @@ pub mod canon;
 pub mod cpu;
 pub mod kv;
 pub mod matmul;
+pub mod moe;
 pub mod ops;
 pub mod pool;
 

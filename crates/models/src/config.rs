@@ -55,6 +55,18 @@ impl RopeScaling {
     }
 }
 
+/// A mixture-of-experts feed-forward: a router picks `used` of `experts` SwiGLU experts per
+/// token and sums their outputs, weighted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub experts: usize,
+    pub used: usize,
+    /// Width of each expert's hidden layer.
+    pub expert_ffn: usize,
+    /// The chosen experts' softmax weights are divided by their sum (Mixtral, Qwen3-MoE).
+    pub norm_topk: bool,
+}
+
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     pub family: &'static Family,
@@ -85,6 +97,8 @@ pub struct ModelConfig {
     /// `cap * tanh(x / cap)` on attention scores / on the output logits (Gemma 2).
     pub attn_softcap: Option<f32>,
     pub final_softcap: Option<f32>,
+    /// Every layer's feed-forward is a mixture of experts (`ffn_dim` then is unused).
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -164,7 +178,7 @@ impl ModelConfig {
             n_heads,
             n_kv_heads: u_or("attention.head_count_kv", n_heads)?,
             head_dim,
-            ffn_dim: u("feed_forward_length")?,
+            ffn_dim: u_or("feed_forward_length", 0)?,
             vocab,
             rope_base: f_or("rope.freq_base", 10000.0)?,
             rope_dim: u_or("rope.dimension_count", head_dim)?,
@@ -185,6 +199,22 @@ impl ModelConfig {
             attn_scale: 1.0 / (scale_dim as f32).sqrt(),
             attn_softcap: f_opt("attn_logit_softcapping")?,
             final_softcap: f_opt("final_logit_softcapping")?,
+            moe: match u_or("expert_count", 0)? {
+                0 => None,
+                experts => Some(MoeConfig {
+                    experts,
+                    used: u("expert_used_count")?,
+                    expert_ffn: match u_or("expert_feed_forward_length", 0)? {
+                        0 => u("feed_forward_length")?,
+                        w => w,
+                    },
+                    // llama.cpp normalizes the chosen weights of every family we read this way.
+                    norm_topk: match g.get(&key("expert_weights_norm")) {
+                        Some(MetaValue::Bool(b)) => *b,
+                        _ => true,
+                    },
+                }),
+            },
         };
         cfg.validate(&src)?;
         Ok(cfg)
@@ -274,7 +304,7 @@ impl ModelConfig {
             n_heads,
             n_kv_heads: u("num_key_value_heads").unwrap_or(n_heads),
             head_dim,
-            ffn_dim: u("intermediate_size")?,
+            ffn_dim: u("intermediate_size").unwrap_or(0),
             vocab: u("vocab_size")?,
             rope_base,
             rope_dim,
@@ -288,6 +318,7 @@ impl ModelConfig {
             attn_scale,
             attn_softcap: f_opt("attn_logit_softcapping"),
             final_softcap: f_opt("final_logit_softcapping"),
+            moe: hf_moe(config, family, src)?,
         };
         cfg.validate(src)?;
         Ok(cfg)
@@ -328,6 +359,17 @@ impl ModelConfig {
         {
             return bad("a soft-capping value must be a positive finite number");
         }
+        match &self.moe {
+            None if self.ffn_dim == 0 => return bad("the feed-forward width is 0"),
+            Some(m) if m.experts == 0 || m.experts > MAX_EXPERTS => {
+                return bad(&format!("expert count must be 1..={MAX_EXPERTS}"))
+            }
+            Some(m) if m.used == 0 || m.used > m.experts => {
+                return bad("experts used per token must be 1..=expert count")
+            }
+            Some(m) if m.expert_ffn == 0 => return bad("the experts' feed-forward width is 0"),
+            _ => {}
+        }
         if let Some(layers) = &self.sliding_layers {
             if layers.len() != self.n_layers {
                 return bad("layer_types does not list one type per layer");
@@ -363,6 +405,50 @@ impl ModelConfig {
             registry::Windows::AllButEvery(n) => !(layer + 1).is_multiple_of(n),
         }
     }
+}
+
+/// Most experts a model may have (the largest public MoE models have 512).
+const MAX_EXPERTS: usize = 1024;
+
+/// The mixture of experts of a Hugging Face config, if it has one: `num_experts` (Qwen) or
+/// `num_local_experts` (Mixtral), `num_experts_per_tok`, the experts' width
+/// (`moe_intermediate_size`, else `intermediate_size`) and `norm_topk_prob` (the family's
+/// default when absent). A model that mixes dense and expert layers is refused by name.
+fn hf_moe(config: &Value, family: &Family, src: &str) -> Result<Option<MoeConfig>> {
+    let num = |k: &str| config.get(k).and_then(Value::as_u64).map(|v| v as usize);
+    let Some(experts) = num("num_experts").or_else(|| num("num_local_experts")) else {
+        return Ok(None);
+    };
+    if experts == 0 {
+        return Ok(None);
+    }
+    let err = |what: String| ModelError::Config {
+        source_path: src.to_string(),
+        what,
+    };
+    let dense_layers = config
+        .get("mlp_only_layers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if dense_layers || num("decoder_sparse_step").is_some_and(|s| s > 1) {
+        return Err(err(
+            "dense feed-forward layers among the expert layers (mlp_only_layers, \
+             decoder_sparse_step) are not supported"
+                .into(),
+        ));
+    }
+    Ok(Some(MoeConfig {
+        experts,
+        used: num("num_experts_per_tok")
+            .ok_or_else(|| err("missing or non-integer 'num_experts_per_tok'".into()))?,
+        expert_ffn: num("moe_intermediate_size")
+            .or_else(|| num("intermediate_size"))
+            .ok_or_else(|| err("missing the experts' width ('moe_intermediate_size')".into()))?,
+        norm_topk: config
+            .get("norm_topk_prob")
+            .and_then(Value::as_bool)
+            .unwrap_or(family.norm_topk_default),
+    }))
 }
 
 /// The RoPE base and scaling of a layer kind (`full_attention` or `sliding_attention`) in a

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod error;
+mod experts;
 pub mod families;
 pub mod model;
 pub mod plan;
@@ -21,7 +22,7 @@ pub mod synth;
 mod transformer;
 pub mod weights;
 
-pub use config::ModelConfig;
+pub use config::{ModelConfig, MoeConfig};
 pub use error::{ModelError, Result};
 pub use model::{Model, Row, TreeRow};
 pub use plan::{walk, Feature, LayerOps, LayerPlan, Plan, RopeSpec};

@@ -220,10 +220,7 @@ impl Model {
             total += w.output.data.len();
         }
         for l in &w.layers {
-            total += [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]
-                .iter()
-                .map(|m| m.data.len())
-                .sum::<usize>();
+            total += l.matrices().iter().map(|m| m.data.len()).sum::<usize>();
             total += (l.attn_norm.len() + l.ffn_norm.len()) * 4;
         }
         total
@@ -242,7 +239,25 @@ impl Model {
     pub fn bytes_per_token(&self) -> usize {
         let w = &self.weights;
         let embed = if w.tied_output { 0 } else { w.embed.data.len() };
-        self.weight_bytes() - embed
+        // A token reads only its own experts: `used` of each layer's `experts`.
+        let idle_experts: usize = match &self.config.moe {
+            None => 0,
+            Some(moe) => (w.layers.iter())
+                .filter_map(|l| match &l.ffn {
+                    crate::weights::Ffn::Moe(x) => Some(x),
+                    crate::weights::Ffn::Dense(_) => None,
+                })
+                .map(|x| {
+                    let all: usize = x
+                        .experts
+                        .iter()
+                        .map(|m| m.gate.data.len() + m.up.data.len() + m.down.data.len())
+                        .sum();
+                    all - all * moe.used / moe.experts
+                })
+                .sum(),
+        };
+        self.weight_bytes() - embed - idle_experts
     }
 
     /// [`bytes_per_token`](Model::bytes_per_token) when the output head reads only the columns
@@ -268,7 +283,7 @@ impl Model {
             add(w.output.dtype);
         }
         for l in &w.layers {
-            for m in [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down] {
+            for m in l.matrices() {
                 add(m.dtype);
             }
         }

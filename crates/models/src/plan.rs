@@ -5,7 +5,7 @@
 //! and the CUDA backend run one forward with their own kernels. A backend checks the plan at
 //! load and refuses a model whose ops it lacks ([`Plan::features`]).
 
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, MoeConfig};
 use crate::registry::Mlp;
 use tf_kernels::ops::{RopeStyle, RopeTable};
 
@@ -37,7 +37,10 @@ pub struct LayerPlan {
     pub attn_softcap: Option<f32>,
     pub qkv_bias: bool,
     pub qk_norm: bool,
+    /// The activation of the MLP, or of each expert.
     pub mlp: Mlp,
+    /// The MLP is a mixture of experts (routed per token); `None` = one dense MLP.
+    pub moe: Option<MoeConfig>,
     /// RMSNorm of the attention and MLP outputs before the residual add.
     pub post_norms: bool,
 }
@@ -87,6 +90,7 @@ impl Plan {
                     qkv_bias: fam.qkv_bias,
                     qk_norm: fam.qk_norm,
                     mlp: fam.mlp,
+                    moe: cfg.moe.clone(),
                     post_norms: fam.post_norms,
                 }
             })
@@ -122,7 +126,21 @@ impl Plan {
             parts.push(format!("{n} global ({})", rope_of(l)));
         }
         if let Some(l) = self.layers.first() {
-            parts.push(format!("{:?}", l.mlp));
+            match &l.moe {
+                Some(m) => parts.push(format!(
+                    "{:?} mixture of {} experts (width {}), {} per token{}",
+                    l.mlp,
+                    m.experts,
+                    m.expert_ffn,
+                    m.used,
+                    if m.norm_topk {
+                        ", weights renormalized"
+                    } else {
+                        ""
+                    }
+                )),
+                None => parts.push(format!("{:?}", l.mlp)),
+            }
             if l.post_norms {
                 parts.push("post norms".into());
             }
@@ -172,6 +190,7 @@ impl Plan {
             add(l.attn_scale != plain_scale, Feature::AttentionScale);
             add(l.mlp != Mlp::SwiGlu, Feature::GeGlu);
             add(l.post_norms, Feature::PostNorms);
+            add(l.moe.is_some(), Feature::Moe);
         }
         out
     }
@@ -191,6 +210,8 @@ pub enum Feature {
     AttentionScale,
     GeGlu,
     PostNorms,
+    /// A mixture-of-experts feed-forward.
+    Moe,
 }
 
 impl std::fmt::Display for Feature {
@@ -205,6 +226,7 @@ impl std::fmt::Display for Feature {
             Feature::AttentionScale => "a custom attention scale",
             Feature::GeGlu => "GeGLU",
             Feature::PostNorms => "post-attention and post-MLP norms",
+            Feature::Moe => "mixture-of-experts feed-forward",
         })
     }
 }
@@ -225,8 +247,9 @@ pub trait LayerOps {
     fn attention(&mut self, layer: usize, lp: &LayerPlan) -> Result<(), Self::Error>;
     /// `x += post_norm(att · wo)`; `h = ffn_norm(x)`.
     fn attn_out(&mut self, layer: usize, lp: &LayerPlan) -> Result<(), Self::Error>;
-    /// `x += post_norm(down(act(h · gate) * (h · up)))`; then `h` = the next layer's
-    /// `attn_norm(x)` (nothing after the last layer).
+    /// `x += post_norm(down(act(h · gate) * (h · up)))`, or for a mixture of experts the
+    /// routed experts' outputs summed in rank order, each times its router weight; then `h` =
+    /// the next layer's `attn_norm(x)` (nothing after the last layer).
     fn mlp(&mut self, layer: usize, lp: &LayerPlan, last: bool) -> Result<(), Self::Error>;
 }
 

@@ -59,6 +59,12 @@ pub struct Family {
     /// Hugging Face tensor names that differ from the Llama layout, as (GGUF-style name, HF
     /// name inside `model.layers.N.`).
     pub hf_tensors: &'static [(&'static str, &'static str)],
+    /// Hugging Face names (inside `model.layers.N.`) of a mixture of experts' router and of
+    /// expert `{e}`'s gate, up and down matrices.
+    pub hf_experts: [&'static str; 4],
+    /// Whether the chosen experts' weights are renormalized when the config does not say
+    /// (`norm_topk_prob`).
+    pub norm_topk_default: bool,
 }
 
 impl Family {
@@ -78,6 +84,13 @@ impl Family {
         local_rope_base: None,
         fused: false,
         hf_tensors: &[],
+        hf_experts: [
+            "mlp.gate.weight",
+            "mlp.experts.{e}.gate_proj.weight",
+            "mlp.experts.{e}.up_proj.weight",
+            "mlp.experts.{e}.down_proj.weight",
+        ],
+        norm_topk_default: true,
     };
 }
 
@@ -85,6 +98,7 @@ pub static FAMILIES: &[&Family] = &[
     &families::llama::FAMILY,
     &families::qwen2::FAMILY,
     &families::qwen3::FAMILY,
+    &families::qwen3moe::FAMILY,
     &families::gemma3::FAMILY,
     &families::gemma2::FAMILY,
     &families::phi3::FAMILY,

@@ -38,6 +38,10 @@ pub struct SynthSpec {
     /// Rotary frequency divisors written as `rope_freqs.weight`, as llama.cpp's converter writes
     /// Llama 3.x's scaling.
     pub rope_freqs: Option<Vec<f32>>,
+    /// A mixture of experts in every layer: (experts, used per token), each expert `ffn_dim`
+    /// wide, stored as llama.cpp does (`ffn_{gate,up,down}_exps` of all experts, an F32
+    /// router `ffn_gate_inp`). Default: none (dense).
+    pub experts: Option<(usize, usize)>,
 }
 
 impl SynthSpec {
@@ -63,6 +67,7 @@ impl SynthSpec {
             tokenizer: false,
             sliding_window: None,
             rope_freqs: None,
+            experts: None,
         }
     }
 
@@ -188,6 +193,11 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
         &format!("{a}.attention.layer_norm_rms_epsilon"),
         MetaValue::F32(1e-6),
     );
+    if let Some((experts, used)) = spec.experts {
+        w.meta(&format!("{a}.expert_count"), u(experts));
+        w.meta(&format!("{a}.expert_used_count"), u(used));
+        w.meta(&format!("{a}.expert_feed_forward_length"), u(spec.ffn_dim));
+    }
     if let Some(win) = spec.sliding_window {
         w.meta(&format!("{a}.attention.sliding_window"), u(win));
     }
@@ -259,13 +269,20 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
             tensor(p, &n("attn_v.weight"), &[d, kv], spec.matrix_dtype);
         }
         tensor(p, &n("attn_output.weight"), &[q, d], spec.matrix_dtype);
-        if fam.fused {
+        if let Some((e, _)) = spec.experts {
+            tensor(p, &n("ffn_gate_inp.weight"), &[d, e], DType::F32);
+            tensor(p, &n("ffn_gate_exps.weight"), &[d, f, e], spec.matrix_dtype);
+            tensor(p, &n("ffn_up_exps.weight"), &[d, f, e], spec.matrix_dtype);
+            tensor(p, &n("ffn_down_exps.weight"), &[f, d, e], spec.down_dtype);
+        } else if fam.fused {
             tensor(p, &n("ffn_up.weight"), &[d, 2 * f], spec.matrix_dtype);
         } else {
             tensor(p, &n("ffn_gate.weight"), &[d, f], spec.matrix_dtype);
             tensor(p, &n("ffn_up.weight"), &[d, f], spec.matrix_dtype);
         }
-        tensor(p, &n("ffn_down.weight"), &[f, d], spec.down_dtype);
+        if spec.experts.is_none() {
+            tensor(p, &n("ffn_down.weight"), &[f, d], spec.down_dtype);
+        }
         if fam.qkv_bias {
             tensor(p, &n("attn_q.bias"), &[q], DType::F32);
             tensor(p, &n("attn_k.bias"), &[kv], DType::F32);

@@ -3,10 +3,11 @@
 //! so a row's logits are the same whatever else is in the call.
 
 use crate::error::{ModelError, Result};
+use crate::experts::moe_ffn;
 use crate::model::{Model, Row};
 use crate::plan::{walk, LayerOps, LayerPlan, Plan};
 use crate::registry::Mlp;
-use crate::weights::{with_panel, Panels};
+use crate::weights::{with_panel, Ffn, Panels, FFN_PANELS};
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
 use tf_kernels::kv::KvCache;
 use tf_kernels::matmul::{matmul, matmul_cols, Activations};
@@ -119,9 +120,9 @@ impl LayerOps for CpuPass<'_> {
         let lw = &model.weights.layers[layer];
         let pk = &self.panels.layers[layer];
         let hx = Activations::new(level, &self.h, m, cfg.d_model);
-        matmul(pool, &with_panel(&lw.wq, &pk[0]), &hx, &mut self.q);
-        matmul(pool, &with_panel(&lw.wk, &pk[1]), &hx, &mut self.k);
-        matmul(pool, &with_panel(&lw.wv, &pk[2]), &hx, &mut self.v);
+        matmul(pool, &with_panel(&lw.wq, pk.first()), &hx, &mut self.q);
+        matmul(pool, &with_panel(&lw.wk, pk.get(1)), &hx, &mut self.k);
+        matmul(pool, &with_panel(&lw.wv, pk.get(2)), &hx, &mut self.v);
         add_bias(&mut self.q, &lw.bq);
         add_bias(&mut self.k, &lw.bk);
         add_bias(&mut self.v, &lw.bv);
@@ -179,7 +180,7 @@ impl LayerOps for CpuPass<'_> {
         let cfg = &model.config;
         let lw = &model.weights.layers[layer];
         let ax = Activations::new(model.level, &self.att, self.rows.len(), cfg.q_dim());
-        let wo = with_panel(&lw.wo, &self.panels.layers[layer][3]);
+        let wo = with_panel(&lw.wo, self.panels.layers[layer].get(3));
         matmul(self.pool, &wo, &ax, &mut self.o);
         self.add_residual(&lw.post_attn_norm);
         norm_rows(model, &self.x, &lw.ffn_norm, &mut self.h);
@@ -191,16 +192,24 @@ impl LayerOps for CpuPass<'_> {
         let cfg = &model.config;
         let (level, m) = (model.level, self.rows.len());
         let lw = &model.weights.layers[layer];
-        let pk = &self.panels.layers[layer];
-        let hx = Activations::new(level, &self.h, m, cfg.d_model);
-        matmul(pool, &with_panel(&lw.w_gate, &pk[4]), &hx, &mut self.gate);
-        matmul(pool, &with_panel(&lw.w_up, &pk[5]), &hx, &mut self.up);
-        match lp.mlp {
-            Mlp::SwiGlu => swiglu(level, &self.gate, &self.up, &mut self.act),
-            Mlp::GeGlu => geglu(level, &self.gate, &self.up, &mut self.act),
+        let pk = self.panels.layers[layer].get(FFN_PANELS..).unwrap_or(&[]);
+        match (&lw.ffn, &lp.moe) {
+            (Ffn::Moe(x), Some(moe)) => {
+                moe_ffn(pool, level, x, pk, moe, lp.mlp, &self.h, &mut self.o)
+            }
+            (Ffn::Dense(w), _) => {
+                let hx = Activations::new(level, &self.h, m, cfg.d_model);
+                matmul(pool, &with_panel(&w.gate, pk.first()), &hx, &mut self.gate);
+                matmul(pool, &with_panel(&w.up, pk.get(1)), &hx, &mut self.up);
+                match lp.mlp {
+                    Mlp::SwiGlu => swiglu(level, &self.gate, &self.up, &mut self.act),
+                    Mlp::GeGlu => geglu(level, &self.gate, &self.up, &mut self.act),
+                }
+                let fx = Activations::new(level, &self.act, m, cfg.ffn_dim);
+                matmul(pool, &with_panel(&w.down, pk.get(2)), &fx, &mut self.o);
+            }
+            (Ffn::Moe(_), None) => unreachable!("the plan follows the config the weights bound"),
         }
-        let fx = Activations::new(level, &self.act, m, cfg.ffn_dim);
-        matmul(pool, &with_panel(&lw.w_down, &pk[6]), &fx, &mut self.o);
         self.add_residual(&lw.post_ffn_norm);
         if !last {
             let next = &model.weights.layers[layer + 1];
@@ -233,7 +242,9 @@ impl Model {
         }
         let cfg = &self.config;
         let m = rows.len();
-        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        // A mixture of experts keeps its own buffers (per expert).
+        let f = if cfg.moe.is_some() { 0 } else { cfg.ffn_dim };
+        let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
         let mut pass = CpuPass {
             model: self,
             pool,
@@ -277,7 +288,7 @@ impl Model {
         let mut hs = vec![0f32; xs.len()];
         norm_rows(self, &xs, &self.weights.norm, &mut hs);
         let hx = Activations::new(self.level, &hs, want.len(), d);
-        let out_w = with_panel(&self.weights.output, &panels.output);
+        let out_w = with_panel(&self.weights.output, Some(&panels.output));
         let mut logits = match head {
             None => {
                 let mut logits = vec![0f32; want.len() * vocab];

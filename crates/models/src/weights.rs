@@ -1,6 +1,6 @@
 //! Binding a family's tensors by name, with every shape checked before the first forward.
 
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, MoeConfig};
 use crate::error::{ModelError, Result};
 use crate::registry::Family;
 use tf_core::DType;
@@ -74,9 +74,26 @@ pub struct LayerWeights<'a> {
     /// RMSNorm of the attention output and of the MLP output (Gemma's sandwich norms).
     pub post_attn_norm: Option<Vec<f32>>,
     pub post_ffn_norm: Option<Vec<f32>>,
-    pub w_gate: WeightMatrix<'a>,
-    pub w_up: WeightMatrix<'a>,
-    pub w_down: WeightMatrix<'a>,
+    pub ffn: Ffn<'a>,
+}
+
+/// A layer's feed-forward: one MLP, or a mixture of experts.
+pub enum Ffn<'a> {
+    Dense(Mlp<'a>),
+    Moe(Experts<'a>),
+}
+
+/// `down(act(x · gate) * (x · up))`.
+pub struct Mlp<'a> {
+    pub gate: WeightMatrix<'a>,
+    pub up: WeightMatrix<'a>,
+    pub down: WeightMatrix<'a>,
+}
+
+pub struct Experts<'a> {
+    /// `d_model` x `experts`: each expert's score for a row.
+    pub router: WeightMatrix<'a>,
+    pub experts: Vec<Mlp<'a>>,
 }
 
 pub struct Weights<'a> {
@@ -163,6 +180,73 @@ impl<'a> Binder<'a> {
         self.norm(name, n, offset).map(Some)
     }
 
+    /// A mixture of experts: the router, and each expert's gate, up and down matrices. GGUF
+    /// files hold each kind as one tensor of all experts (`ffn_gate_exps`, `experts` matrices
+    /// back to back, so each expert is a view of its bytes); older GGUF files and HF
+    /// checkpoints hold one tensor per expert.
+    fn experts(
+        &self,
+        naming: Naming,
+        layer: usize,
+        fam: &Family,
+        d: usize,
+        moe: &MoeConfig,
+    ) -> Result<Experts<'a>> {
+        let (e, f) = (moe.experts, moe.expert_ffn);
+        let router = match naming {
+            Naming::Gguf => format!("blk.{layer}.ffn_gate_inp.weight"),
+            Naming::Hf => format!("model.layers.{layer}.{}", fam.hf_experts[0]),
+        };
+        let router = self.matrix(&router, d, e)?;
+        let stacked = format!("blk.{layer}.ffn_gate_exps.weight");
+        if naming == Naming::Gguf && self.src.tensor(&stacked).is_some() {
+            let kind = |what: &str, k: usize, n: usize| -> Result<Vec<WeightMatrix<'a>>> {
+                let name = format!("blk.{layer}.ffn_{what}_exps.weight");
+                let t = self.view(&name, &[k, n, e])?;
+                let one = t.data.len() / e;
+                (0..e)
+                    .map(|x| {
+                        WeightMatrix::new(t.dtype, k, n, &t.data[x * one..(x + 1) * one])
+                            .ok_or_else(|| ModelError::BadShape {
+                                source_path: self.src.describe(),
+                                name: name.clone(),
+                                expected: vec![k, n, e],
+                                found: t.dims.to_vec(),
+                            })
+                    })
+                    .collect()
+            };
+            let (gate, up, down) = (kind("gate", d, f)?, kind("up", d, f)?, kind("down", f, d)?);
+            let experts = gate
+                .into_iter()
+                .zip(up)
+                .zip(down)
+                .map(|((gate, up), down)| Mlp { gate, up, down })
+                .collect();
+            return Ok(Experts { router, experts });
+        }
+        let name = |which: usize, x: usize| match naming {
+            Naming::Gguf => format!(
+                "blk.{layer}.ffn_{}.{x}.weight",
+                ["gate", "up", "down"][which]
+            ),
+            Naming::Hf => format!(
+                "model.layers.{layer}.{}",
+                fam.hf_experts[which + 1].replace("{e}", &x.to_string())
+            ),
+        };
+        let experts = (0..e)
+            .map(|x| {
+                Ok(Mlp {
+                    gate: self.matrix(&name(0, x), d, f)?,
+                    up: self.matrix(&name(1, x), d, f)?,
+                    down: self.matrix(&name(2, x), f, d)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Experts { router, experts })
+    }
+
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         Ok(self.view(name, &[n])?.to_f32()?)
     }
@@ -194,22 +278,31 @@ pub fn bind<'a>(
     let mut layers = Vec::new();
     for i in 0..cfg.n_layers {
         let n = |w: &str| naming.layer(i, w, fam);
-        let ([wq, wk, wv], [w_gate, w_up]) = if fam.fused {
+        let [wq, wk, wv] = if fam.fused {
             let qkv = b.split(&n("attn_qkv.weight"), d, &[q, kv, kv])?;
-            let gu = b.split(&n("ffn_up.weight"), d, &[f, f])?;
-            ([qkv[0], qkv[1], qkv[2]], [gu[0], gu[1]])
+            [qkv[0], qkv[1], qkv[2]]
         } else {
-            (
-                [
-                    b.matrix(&n("attn_q.weight"), d, q)?,
-                    b.matrix(&n("attn_k.weight"), d, kv)?,
-                    b.matrix(&n("attn_v.weight"), d, kv)?,
-                ],
-                [
-                    b.matrix(&n("ffn_gate.weight"), d, f)?,
-                    b.matrix(&n("ffn_up.weight"), d, f)?,
-                ],
-            )
+            [
+                b.matrix(&n("attn_q.weight"), d, q)?,
+                b.matrix(&n("attn_k.weight"), d, kv)?,
+                b.matrix(&n("attn_v.weight"), d, kv)?,
+            ]
+        };
+        let ffn = match &cfg.moe {
+            Some(moe) => Ffn::Moe(b.experts(naming, i, fam, d, moe)?),
+            None if fam.fused => {
+                let gu = b.split(&n("ffn_up.weight"), d, &[f, f])?;
+                Ffn::Dense(Mlp {
+                    gate: gu[0],
+                    up: gu[1],
+                    down: b.matrix(&n("ffn_down.weight"), f, d)?,
+                })
+            }
+            None => Ffn::Dense(Mlp {
+                gate: b.matrix(&n("ffn_gate.weight"), d, f)?,
+                up: b.matrix(&n("ffn_up.weight"), d, f)?,
+                down: b.matrix(&n("ffn_down.weight"), f, d)?,
+            }),
         };
         let post = fam.post_norms;
         layers.push(LayerWeights {
@@ -226,9 +319,7 @@ pub fn bind<'a>(
             ffn_norm: b.norm(&n("ffn_norm.weight"), d, off)?,
             post_attn_norm: b.opt_norm(&n("post_attention_norm.weight"), d, post, off)?,
             post_ffn_norm: b.opt_norm(&n("post_ffw_norm.weight"), d, post, off)?,
-            w_gate,
-            w_up,
-            w_down: b.matrix(&n("ffn_down.weight"), f, d)?,
+            ffn,
         });
     }
     let rope_freqs = match (naming, src.tensor("rope_freqs.weight")) {
@@ -245,31 +336,47 @@ pub fn bind<'a>(
     })
 }
 
-impl LayerWeights<'_> {
-    /// The layer's matrices in the order [`Panels`] keeps them.
-    pub fn matrices(&self) -> [&WeightMatrix<'_>; 7] {
-        [
-            &self.wq,
-            &self.wk,
-            &self.wv,
-            &self.wo,
-            &self.w_gate,
-            &self.w_up,
-            &self.w_down,
-        ]
+impl<'a> LayerWeights<'a> {
+    /// The layer's matrices in the order [`Panels`] keeps them: q, k, v, o, then the dense
+    /// MLP's gate, up, down, or the router and each expert's gate, up, down.
+    pub fn matrices(&self) -> Vec<&WeightMatrix<'a>> {
+        let mut out = vec![&self.wq, &self.wk, &self.wv, &self.wo];
+        match &self.ffn {
+            Ffn::Dense(m) => out.extend([&m.gate, &m.up, &m.down]),
+            Ffn::Moe(x) => {
+                out.push(&x.router);
+                for m in &x.experts {
+                    out.extend([&m.gate, &m.up, &m.down]);
+                }
+            }
+        }
+        out
+    }
+
+    /// The dense MLP (`None` for a mixture of experts).
+    pub fn dense(&self) -> Option<&Mlp<'a>> {
+        match &self.ffn {
+            Ffn::Dense(m) => Some(m),
+            Ffn::Moe(_) => None,
+        }
     }
 }
 
+/// Index in a layer's [`Panels`] entry of the first feed-forward matrix (the dense gate, or the
+/// router), after q, k, v and o.
+pub const FFN_PANELS: usize = 4;
+
 /// The panel forms of a model's matrices (`None` where a type has none, or nothing was packed).
 pub struct Panels {
-    pub layers: Vec<[Option<PackedMatrix>; 7]>,
+    /// Per layer, in [`LayerWeights::matrices`] order.
+    pub layers: Vec<Vec<Option<PackedMatrix>>>,
     pub output: Option<PackedMatrix>,
 }
 
 impl Panels {
     pub fn none(layers: usize) -> Panels {
         Panels {
-            layers: (0..layers).map(|_| Default::default()).collect(),
+            layers: (0..layers).map(|_| Vec::new()).collect(),
             output: None,
         }
     }
@@ -303,7 +410,7 @@ impl Panels {
         let layers = w
             .layers
             .iter()
-            .map(|_| std::array::from_fn(|_| it.next().flatten()))
+            .map(|l| it.by_ref().take(l.matrices().len()).collect())
             .collect();
         Panels { layers, output }
     }
@@ -326,10 +433,13 @@ impl Panels {
     }
 }
 
-/// `m` read through its panel form where it has one.
-pub fn with_panel<'a>(m: &WeightMatrix<'a>, p: &'a Option<PackedMatrix>) -> WeightMatrix<'a> {
+/// `m` read through its panel form where it has one (`p`: the panel, if any was made).
+pub fn with_panel<'a>(
+    m: &WeightMatrix<'a>,
+    p: Option<&'a Option<PackedMatrix>>,
+) -> WeightMatrix<'a> {
     match p {
-        Some(p) => m.with_packed(p),
-        None => *m,
+        Some(Some(p)) => m.with_packed(p),
+        _ => *m,
     }
 }

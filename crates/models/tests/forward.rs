@@ -54,21 +54,36 @@ fn q4k_m_like(arch: &'static str, dtype: DType) -> SynthSpec {
     spec
 }
 
+/// A tiny mixture of experts: `experts` experts of width 256, `used` per token.
+fn moe_like(arch: &'static str, dtype: DType, experts: usize, used: usize) -> SynthSpec {
+    let mut spec = q4k_m_like(arch, dtype);
+    spec.ffn_dim = 256;
+    spec.experts = Some((experts, used));
+    spec
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 #[test]
 fn chunking_and_threads_do_not_change_a_bit() {
-    for (arch, dtype) in [
+    let dense = [
         ("qwen2", DType::Q4K),
         ("llama", DType::Q4_1),
         ("qwen3", DType::Q6K),
         ("qwen2", DType::Q5_0),
         ("llama", DType::Q8_0),
         ("qwen3", DType::F16),
-    ] {
-        let spec = q4k_m_like(arch, dtype);
+    ]
+    .map(|(arch, dtype)| q4k_m_like(arch, dtype));
+    // Mixtures of experts: a row's experts and their sum do not depend on the call either.
+    let moe = [
+        moe_like("qwen3moe", DType::Q4K, 8, 3),
+        moe_like("llama", DType::Q8_0, 4, 2),
+    ];
+    for spec in dense.into_iter().chain(moe) {
+        let (arch, dtype) = (spec.arch, spec.matrix_dtype);
         let m = model(&spec);
         let toks = tokens(75, 3, spec.vocab);
         let p1 = ThreadPool::new(1);
@@ -103,8 +118,12 @@ fn panel_layout_gives_the_stored_layouts_bits() {
         ("llama", DType::Q8_0),
         ("qwen2", DType::Q4_0),
         ("llama", DType::Q5_1),
+        ("qwen3moe", DType::Q4K),
     ] {
-        let spec = q4k_m_like(arch, dtype);
+        let spec = match arch {
+            "qwen3moe" => moe_like(arch, dtype, 8, 2),
+            _ => q4k_m_like(arch, dtype),
+        };
         let plain = model(&spec);
         let panels = model(&spec);
         assert!(plain.prepare_cpu_with(false));
@@ -120,8 +139,16 @@ fn panel_layout_gives_the_stored_layouts_bits() {
 
 #[test]
 fn rows_of_other_sequences_do_not_change_a_bit() {
-    let spec = SynthSpec::tiny("qwen2", DType::Q4K);
-    let m = model(&spec);
+    for spec in [
+        SynthSpec::tiny("qwen2", DType::Q4K),
+        moe_like("qwen3moe", DType::Q4K, 8, 2),
+    ] {
+        rows_of_other_sequences_keep_their_bits(&spec);
+    }
+}
+
+fn rows_of_other_sequences_keep_their_bits(spec: &SynthSpec) {
+    let m = model(spec);
     let pool = ThreadPool::new(2);
     let seqs: Vec<Vec<u32>> = (0..4)
         .map(|s| tokens(20 + 9 * s, s as u64 + 10, spec.vocab))

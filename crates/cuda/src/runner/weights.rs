@@ -138,6 +138,10 @@ impl DevWeights {
         let mut up = Uploader { gpu, bytes: 0 };
         let mut layers = Vec::with_capacity(w.layers.len());
         for l in &w.layers {
+            // The runner refuses a mixture of experts (`Feature::Moe`) before uploading.
+            let mlp = l
+                .dense()
+                .ok_or_else(|| CudaError::Usage("a mixture of experts is not uploaded".into()))?;
             layers.push(DevLayer {
                 attn_norm: up.floats(&l.attn_norm)?,
                 // Per-head q/k norms run between the matmuls and RoPE: kept apart there.
@@ -149,8 +153,8 @@ impl DevWeights {
                 q_norm: up.opt(&l.q_norm)?,
                 k_norm: up.opt(&l.k_norm)?,
                 ffn_norm: up.floats(&l.ffn_norm)?,
-                gate_up: up.group(&[&l.w_gate, &l.w_up], true)?,
-                w_down: up.matrix(&l.w_down)?,
+                gate_up: up.group(&[&mlp.gate, &mlp.up], true)?,
+                w_down: up.matrix(&mlp.down)?,
             });
         }
         let norm = up.floats(&w.norm)?;

@@ -5,3 +5,4 @@ pub mod llama;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3moe;

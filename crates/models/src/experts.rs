@@ -1,0 +1,88 @@
+//! The CPU mixture-of-experts feed-forward: route each row, run each expert once over the rows
+//! that chose it, combine each row's experts in rank order. Every step is row-exact (the
+//! matmuls are, routing and combining read one row), so a row's output is the same bits
+//! whatever other rows share the call or share its experts.
+
+use crate::config::MoeConfig;
+use crate::registry::Mlp;
+use crate::weights::{with_panel, Experts};
+use tf_kernels::matmul::{matmul, Activations, PackedMatrix};
+use tf_kernels::moe::{combine, route, Choice, Routing};
+use tf_kernels::ops::{geglu, swiglu};
+use tf_kernels::{SimdLevel, ThreadPool};
+
+/// `out` (rows x d) = the mixture of experts of `h` (rows x d). `panels`: the layer's panel
+/// forms from the router on (router, then each expert's gate, up, down).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_ffn(
+    pool: &ThreadPool,
+    level: SimdLevel,
+    w: &Experts,
+    panels: &[Option<PackedMatrix>],
+    moe: &MoeConfig,
+    act: Mlp,
+    h: &[f32],
+    out: &mut [f32],
+) {
+    let d = w.router.k;
+    let m = h.len() / d;
+    let (e, k, f) = (moe.experts, moe.used, moe.expert_ffn);
+    let hx = Activations::new(level, h, m, d);
+    let mut scores = vec![0f32; m * e];
+    matmul(
+        pool,
+        &with_panel(&w.router, panels.first()),
+        &hx,
+        &mut scores,
+    );
+    let routing = Routing {
+        used: k,
+        norm_topk: moe.norm_topk,
+    };
+    // Each row's choices, and each expert's (row, rank) pairs in row order.
+    let mut choices: Vec<Vec<Choice>> = vec![Vec::with_capacity(k); m];
+    let mut users: Vec<Vec<(usize, usize)>> = vec![Vec::new(); e];
+    for (r, c) in choices.iter_mut().enumerate() {
+        route(&scores[r * e..(r + 1) * e], routing, c);
+        for (rank, ch) in c.iter().enumerate() {
+            users[ch.expert].push((r, rank));
+        }
+    }
+    // ys[(r * k + rank) * d..]: row r's output of its rank-th expert.
+    let mut ys = vec![0f32; m * k * d];
+    let (mut xe, mut g, mut u, mut a, mut y) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (x, rows) in users.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+        let n = rows.len();
+        xe.clear();
+        for &(r, _) in rows {
+            xe.extend_from_slice(&h[r * d..(r + 1) * d]);
+        }
+        for buf in [&mut g, &mut u, &mut a] {
+            buf.resize(n * f, 0.0);
+        }
+        y.resize(n * d, 0.0);
+        let ex = &w.experts[x];
+        let p = |i: usize| panels.get(1 + 3 * x + i);
+        let xa = Activations::new(level, &xe, n, d);
+        matmul(pool, &with_panel(&ex.gate, p(0)), &xa, &mut g);
+        matmul(pool, &with_panel(&ex.up, p(1)), &xa, &mut u);
+        match act {
+            Mlp::SwiGlu => swiglu(level, &g, &u, &mut a),
+            Mlp::GeGlu => geglu(level, &g, &u, &mut a),
+        }
+        let aa = Activations::new(level, &a, n, f);
+        matmul(pool, &with_panel(&ex.down, p(2)), &aa, &mut y);
+        for (j, &(r, rank)) in rows.iter().enumerate() {
+            let at = (r * k + rank) * d;
+            ys[at..at + d].copy_from_slice(&y[j * d..(j + 1) * d]);
+        }
+    }
+    for (r, c) in choices.iter().enumerate() {
+        combine(
+            c,
+            &ys[r * k * d..(r + 1) * k * d],
+            &mut out[r * d..(r + 1) * d],
+        );
+    }
+}
