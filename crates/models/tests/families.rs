@@ -193,7 +193,8 @@ fn every_family_matches_transformers_from_safetensors_and_gguf() {
 /// Our registry name for a fixture's family.
 fn family_of(fixture: &str) -> &'static str {
     match fixture {
-        "llama" | "llama3" | "mistral" => "llama",
+        "llama" | "llama3" | "mistral" | "mixtral" => "llama",
+        "qwen3moe" | "qwen3moe_ties" => "qwen3moe",
         "qwen2" => "qwen2",
         "qwen3" => "qwen3",
         "gemma2" => "gemma2",
