@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Generate tiny random checkpoints of eight decoder families, with transformers' logits as oracle.
+"""Generate tiny random checkpoints of eleven decoder families, with transformers' logits as oracle.
 
 Output: crates/models/tests/fixtures/families/<family>/ for each family in FAMILIES
-(llama3, llama, qwen2, qwen3, gemma3, gemma2, mistral, phi3):
+(llama3, llama, qwen2, qwen3, gemma3, gemma2, mistral, phi3, and the mixtures of experts
+qwen3moe, qwen3moe_ties, mixtral):
 
 - hf/config.json + hf/model.safetensors: a tiny checkpoint with random weights (float32, norm
   weights random too), saved by Hugging Face transformers' `save_pretrained`.
@@ -27,11 +28,45 @@ Output: crates/models/tests/fixtures/families/<family>/ for each family in FAMIL
     llama.cpp ignores the Phi-3 GGUF's `phi3.attention.sliding_window` ("Phi SWA is currently
     disabled"). The script asserts these facts on the converted files.
   * `sensitivity`: how far the logits move when one feature is switched off (sliding window,
-    soft-capping, rope scaling, ...), to show the fixture can tell the feature is implemented.
+    soft-capping, rope scaling, top-k, weight renormalization, ...), to show the fixture can
+    tell the feature is implemented.
+  * `moe` (mixtures of experts only): the routing as transformers computes it (text), the tie
+    rule of the outputs, `max_abs_logit`; `routing_stats` over every routing decision (position
+    x layer): distinct expert sets per layer, expert use, the smallest gap between the k-th and
+    (k+1)-th router logit (asserted >= 5e-3, so rounding cannot change a choice), and exact ties
+    of routing probabilities (counted per tied group: straddling the top-k boundary, wholly
+    chosen, wholly not); `tie_break`: the outputs again with torch.topk itself and with ties
+    broken by the lower / higher expert id, against `outputs`; `gguf_checks` (the GGUF's
+    ffn_gate_inp / ffn_{gate,up,down}_exps equal the HF router / per-expert matrices stacked);
+    `hf_tensors` (every safetensors name, shape, dtype); `gguf` (metadata without the vocabulary,
+    and every tensor's shape as GGUF lists it, ne0 first, and type); the router logits of the
+    first sequence; `routes`: per sequence, layer and position the chosen ids (in top-k order)
+    and their weights.
 
 Shapes: hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab 256, 4 layers,
 max_position_embeddings 256; Gemma 3 has 6 layers, so that llama.cpp's implied pattern (every 6th
 layer global; the GGUF has no pattern key) is the checkpoint's own `layer_types`.
+
+Mixtures of experts (issue 49), 3 layers each, every layer sparse, router matrices with std 0.5
+so that the chosen experts vary from token to token:
+- qwen3moe (Qwen3MoeForCausalLM, GGUF arch qwen3moe): 8 experts, top-2, moe_intermediate_size 32,
+  norm_topk_prob true, rope_theta 1e6, untied head. Routing: softmax over all experts (float32),
+  top k, the chosen probabilities divided by their sum (llama.cpp's qwen3moe graph always
+  renormalizes; the GGUF carries no flag for it). hf/config.json spells the expert count
+  `num_experts`, as the hub's Qwen3-MoE configs do (transformers 5 would write
+  `num_local_experts`; it reads either).
+- qwen3moe_ties: qwen3moe's checkpoint with router row 2 a copy of row 1 and row 6 a copy of row 5
+  in every layer, so those experts' scores tie exactly at every position. torch.topk on CPU
+  breaks such ties in no fixed id order, so this fixture's outputs break them by the lower
+  expert id (torch.topk replaced by a stable sort); `moe.tie_break.torch_topk` and
+  `moe.torch_topk_routing_stats` record what torch.topk itself does.
+- mixtral (MixtralForCausalLM, GGUF arch llama with expert tensors): 4 experts, top-2,
+  intermediate_size 64 per expert, no sliding window; weights always renormalized.
+hf/ holds the hub's per-expert tensors (model.layers.N.mlp.gate.weight and
+model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight; model.layers.N.block_sparse_moe.gate.weight
+and ...block_sparse_moe.experts.E.{w1,w3,w2}.weight), which transformers 5's save_pretrained
+writes from its fused in-memory experts (the script asserts the layout); the oracle runs the
+experts' eager loop (experts_implementation "eager").
 
 Run (deterministic: a rerun rewrites identical files):
 
@@ -50,6 +85,7 @@ Generated with torch 2.15.0, transformers 5.25.0, llama-cpp-python 0.3.36 (see l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import json
@@ -86,6 +122,19 @@ COMMON = dict(
     pad_token_id=0,
     attention_dropout=0.0,
     use_cache=False,
+)
+
+QWEN3MOE = dict(
+    num_hidden_layers=3,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    norm_topk_prob=True,
+    decoder_sparse_step=1,
+    mlp_only_layers=[],
+    rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+    tie_word_embeddings=False,
+    attention_bias=False,
 )
 
 # name -> (transformers class, seed, config kwargs, init stds, GGUF-reading overrides, ablations)
@@ -226,6 +275,78 @@ FAMILIES: dict[str, dict] = {
         ),
         ablations={"no_sliding_window": dict(sliding_window=None)},
     ),
+    # Mixtures of experts (issue 49). "router" = std of the router matrices (larger than "w", so
+    # that the experts chosen vary from token to token and the top-k boundary is clear); "moe"
+    # names the hub's (per-expert) tensor names and the routing facts the script records.
+    "qwen3moe": dict(
+        cls="Qwen3MoeForCausalLM",
+        seed=109,
+        config=QWEN3MOE,
+        init=dict(w=0.15, emb=0.5, norm=0.3, router=0.5),
+        moe=dict(
+            router_hf="model.layers.{L}.mlp.gate.weight",
+            experts_hf=dict(
+                gate="model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
+                up="model.layers.{L}.mlp.experts.{E}.up_proj.weight",
+                down="model.layers.{L}.mlp.experts.{E}.down_proj.weight",
+            ),
+            # transformers 5 writes the expert count as num_local_experts (its attribute_map);
+            # the hub's Qwen3-MoE configs (Qwen/Qwen3-30B-A3B) spell it num_experts.
+            hub_config_renames={"num_local_experts": "num_experts"},
+        ),
+        ablations={
+            "no_norm_topk_prob": dict(norm_topk_prob=False),
+            "top_k_3": dict(num_experts_per_tok=3),
+            "top_k_1": dict(num_experts_per_tok=1),
+        },
+    ),
+    # qwen3moe's checkpoint with, in every layer, router row 2 a copy of row 1 and row 6 a copy
+    # of row 5: experts 1 and 2 (and 5 and 6) get bit-identical scores at every position.
+    "qwen3moe_ties": dict(
+        cls="Qwen3MoeForCausalLM",
+        seed=109,
+        config=QWEN3MOE,
+        init=dict(w=0.15, emb=0.5, norm=0.3, router=0.5),
+        moe=dict(
+            router_hf="model.layers.{L}.mlp.gate.weight",
+            experts_hf=dict(
+                gate="model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
+                up="model.layers.{L}.mlp.experts.{E}.up_proj.weight",
+                down="model.layers.{L}.mlp.experts.{E}.down_proj.weight",
+            ),
+            hub_config_renames={"num_local_experts": "num_experts"},
+            router_ties=[(1, 2), (5, 6)],  # (source row, copy)
+            # torch.topk (CPU) breaks these ties in no id order; the oracle breaks them by the
+            # lower expert id, the rule we implement (torch.topk's own outputs are recorded too).
+            tie_rule="lower_id",
+        ),
+    ),
+    "mixtral": dict(
+        cls="MixtralForCausalLM",
+        # of seeds 110..117 the one with the widest top-k boundary: the narrowest gap between a
+        # position's 2nd and 3rd router logit is 0.017 with seed 114, 3e-5 with 110
+        seed=114,
+        config=dict(
+            num_hidden_layers=3,
+            intermediate_size=64,  # each expert's FFN width (= hidden: expert matrices are square)
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=None,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            tie_word_embeddings=False,
+        ),
+        init=dict(w=0.15, emb=0.5, norm=0.3, router=0.5),
+        moe=dict(
+            router_hf="model.layers.{L}.block_sparse_moe.gate.weight",
+            experts_hf=dict(
+                gate="model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight",
+                up="model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight",
+                down="model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight",
+            ),
+            hub_config_renames={},
+        ),
+        ablations={"top_k_1": dict(num_experts_per_tok=1), "top_k_3": dict(num_experts_per_tok=3)},
+    ),
 }
 
 # Config fields recorded in logits.json (those present in the family's config).
@@ -237,6 +358,12 @@ CONFIG_FIELDS = (
     "max_window_layers query_pre_attn_scalar attn_logit_softcapping final_logit_softcapping "
     "tie_word_embeddings attention_bias mlp_bias hidden_act hidden_activation bos_token_id "
     "eos_token_id pad_token_id _attn_implementation dtype"
+).split()
+# Also recorded for the mixtures of experts (none of these is in a dense family's config).
+MOE_CONFIG_FIELDS = (
+    "num_experts num_local_experts num_experts_per_tok norm_topk_prob moe_intermediate_size "
+    "decoder_sparse_step mlp_only_layers shared_expert_intermediate_size router_aux_loss_coef "
+    "output_router_logits router_jitter_noise"
 ).split()
 
 
@@ -252,6 +379,8 @@ def build_config(fam: dict, overrides: dict | None = None):
     kwargs = {**COMMON, **copy.deepcopy(fam["config"]), **copy.deepcopy(overrides or {})}
     config = cls.config_class(**kwargs)
     config._attn_implementation = "eager"
+    if "moe" in fam:
+        config._experts_implementation = "eager"  # the per-expert loop, not grouped_mm
     config.architectures = [fam["cls"]]
     return cls, config
 
@@ -271,6 +400,8 @@ def init_weights(model: torch.nn.Module, fam: dict, gemma: bool) -> None:
                 p.copy_(noise * init["bias"])
             elif "embed_tokens" in name or "lm_head" in name:
                 p.copy_(noise * init["emb"])
+            elif "router" in init and name.endswith(".mlp.gate.weight"):
+                p.copy_(noise * init["router"])
             else:
                 p.copy_(noise * init["w"])
 
@@ -319,10 +450,11 @@ def summarize(logits: list[np.ndarray], full_first: bool) -> list[dict]:
     return seqs
 
 
-def config_fields(config) -> dict:
+def config_fields(config, moe: bool = False) -> dict:
     d = config.to_dict()
     d["_attn_implementation"] = config._attn_implementation
-    return {k: d[k] for k in CONFIG_FIELDS if k in d}
+    fields = CONFIG_FIELDS + (MOE_CONFIG_FIELDS if moe else [])
+    return {k: d[k] for k in fields if k in d}
 
 
 def variant_logits(cls, fam, overrides, state, seqs):
@@ -346,6 +478,189 @@ def margin_stats(logits: list[np.ndarray]) -> dict:
         below_1e_3=int((m < 1e-3).sum()),
         logit_std=f32(np.std(np.concatenate(logits))),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Mixtures of experts: routing records, tie rules, the hub's tensor layout
+# ---------------------------------------------------------------------------------------------
+
+
+def routers(model) -> list:
+    """Each layer's router (Qwen3MoeTopKRouter / MixtralTopKRouter), in layer order."""
+    out = [m for n, m in model.named_modules() if n.endswith(".mlp.gate")]
+    assert len(out) == model.config.num_hidden_layers, len(out)
+    return out
+
+
+def run_logits_routed(model, seqs: list[list[int]]):
+    """run_logits, plus what every router computed: per sequence, per layer, (router logits
+    [T, E] float32, the chosen expert ids [T, k] in torch.topk's order, their weights [T, k])."""
+    routes: list[list[tuple]] = []
+    cur: list[tuple] = []
+
+    def hook(_module, _inputs, out):
+        logits, weights, ids = out
+        assert logits.dtype == torch.float32 and weights.dtype == torch.float32
+        cur.append((logits.numpy().copy(), ids.numpy().copy(), weights.numpy().copy()))
+
+    handles = [r.register_forward_hook(hook) for r in routers(model)]
+    try:
+        out = []
+        for s in seqs:
+            cur.clear()
+            out.extend(run_logits(model, [s]))
+            routes.append(list(cur))
+    finally:
+        for h in handles:
+            h.remove()
+    return out, routes
+
+
+@contextlib.contextmanager
+def topk_tie_rule(rule: str):
+    """Replace torch.topk (the routers' only use of it) by a sort that breaks ties by the lower
+    ("lower_id") or the higher ("higher_id") expert id."""
+    orig = torch.topk
+
+    def topk(x, k, dim=-1, largest=True, sorted=True):
+        assert dim in (-1, x.ndim - 1) and largest and sorted
+        n = x.shape[-1]
+        src = x if rule == "lower_id" else x.flip(-1)
+        vals, idx = torch.sort(src, dim=-1, descending=True, stable=True)
+        if rule == "higher_id":
+            idx = n - 1 - idx
+        return vals[..., :k], idx[..., :k]
+
+    torch.topk = topk
+    try:
+        yield
+    finally:
+        torch.topk = orig
+
+
+def routing_stats(routes, k: int) -> dict:
+    """Distinct expert sets, expert use, the router-logit gap at the top-k boundary, and every
+    exact tie among the routing probabilities (the values torch.topk compares)."""
+    n_layers = len(routes[0])
+    n_exp = routes[0][0][0].shape[1]
+    layers = []
+    all_sets: set = set()
+    totals = dict(boundary_ties=0, boundary_picks_lower_ids=0, boundary_picks_higher_ids=0, boundary_picks_other=0,
+                  inside_ties=0, inside_ties_lower_id_first=0, outside_ties=0, tied_logits_with_unequal_probs=0)
+    for layer in range(n_layers):
+        sets: set = set()
+        use = [0] * n_exp
+        gaps = []
+        t = {key: 0 for key in totals}
+        for seq in routes:
+            logits, ids, _ = seq[layer]
+            probs = torch.softmax(torch.from_numpy(logits), dim=-1, dtype=torch.float).numpy()
+            for lrow, prow, chosen in zip(logits, probs, ids):
+                chosen = [int(e) for e in chosen]
+                sets.add(tuple(sorted(chosen)))
+                for e in chosen:
+                    use[e] += 1
+                ls = np.sort(lrow)[::-1]
+                gaps.append(np.float32(ls[k - 1]) - np.float32(ls[k]))
+                for a in range(n_exp):
+                    for b in range(a + 1, n_exp):
+                        if lrow[a] == lrow[b] and prow[a] != prow[b]:
+                            t["tied_logits_with_unequal_probs"] += 1
+                # groups of equal probabilities
+                for v in sorted(set(prow.tolist())):
+                    group = [e for e in range(n_exp) if prow[e] == v]
+                    if len(group) < 2:
+                        continue
+                    picked = sorted(e for e in chosen if e in group)
+                    if len(picked) == len(group):
+                        t["inside_ties"] += 1
+                        pos = [chosen.index(e) for e in group]
+                        t["inside_ties_lower_id_first"] += int(pos == sorted(pos))
+                    elif not picked:
+                        t["outside_ties"] += 1
+                    else:
+                        t["boundary_ties"] += 1
+                        n = len(picked)
+                        if picked == group[:n]:
+                            t["boundary_picks_lower_ids"] += 1
+                        elif picked == group[-n:]:
+                            t["boundary_picks_higher_ids"] += 1
+                        else:
+                            t["boundary_picks_other"] += 1
+        all_sets |= sets
+        g = np.array(gaps, dtype=np.float32)
+        nz = g[g > 0]
+        layers.append(
+            dict(
+                distinct_expert_sets=len(sets),
+                expert_use=use,
+                min_boundary_gap=f32(g.min()),
+                min_nonzero_boundary_gap=f32(nz.min()) if nz.size else None,
+                nonzero_boundary_gaps_below_1e_2=int((nz < 1e-2).sum()),
+                **t,
+            )
+        )
+        for key in totals:
+            totals[key] += t[key]
+    return dict(
+        decisions=sum(len(seq[0][1]) for seq in routes) * n_layers,
+        distinct_expert_sets_per_layer=[x["distinct_expert_sets"] for x in layers],
+        distinct_expert_sets_all_layers=len(all_sets),
+        min_nonzero_boundary_gap=min((x["min_nonzero_boundary_gap"] for x in layers if x["min_nonzero_boundary_gap"] is not None), default=None),
+        **totals,
+        per_layer=layers,
+    )
+
+
+def routing_record(routes) -> list:
+    """Per sequence, per layer, per position: the chosen ids (torch.topk's order) and weights."""
+    return [
+        [[dict(ids=[int(e) for e in i], weights=[f32(x) for x in w]) for i, w in zip(ids, ws)] for _, ids, ws in seq]
+        for seq in routes
+    ]
+
+
+def hf_tensor_table(hf_dir: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(hf_dir / "model.safetensors"), "np") as f:
+        return {
+            k: dict(shape=[int(x) for x in f.get_slice(k).get_shape()], dtype=f.get_slice(k).get_dtype())
+            for k in f.keys()
+        }
+
+
+def check_hub_format(table: dict, fam: dict, config) -> None:
+    """save_pretrained must have written the hub's per-expert tensors (transformers 5 holds the
+    experts fused in memory, as experts.gate_up_proj [E, 2F, H] and experts.down_proj [E, H, F],
+    and converts back on saving)."""
+    m = fam["moe"]
+    n_exp, hid = config.num_local_experts, config.hidden_size
+    ff = getattr(config, "moe_intermediate_size", None) or config.intermediate_size
+    want = {}
+    for layer in range(config.num_hidden_layers):
+        want[m["router_hf"].format(L=layer)] = [n_exp, hid]
+        for e in range(n_exp):
+            want[m["experts_hf"]["gate"].format(L=layer, E=e)] = [ff, hid]
+            want[m["experts_hf"]["up"].format(L=layer, E=e)] = [ff, hid]
+            want[m["experts_hf"]["down"].format(L=layer, E=e)] = [hid, ff]
+    for name, shape in want.items():
+        assert name in table, f"save_pretrained wrote no {name} (fused experts?): {sorted(table)[:20]}"
+        assert table[name]["shape"] == shape, (name, table[name], shape)
+    experts = [n for n in table if ".experts." in n or n.endswith(".gate.weight")]
+    assert sorted(experts) == sorted(want), sorted(set(experts) ^ set(want))
+
+
+def hub_config(hf_dir: Path, renames: dict) -> None:
+    """Rename config.json keys to the hub's spelling (transformers reads either)."""
+    if not renames:
+        return
+    path = hf_dir / "config.json"
+    d = json.loads(path.read_text())
+    assert path.read_text() == json.dumps(d, indent=2, sort_keys=True) + "\n"  # save_pretrained's format
+    for old, new in renames.items():
+        d[new] = d.pop(old)
+    path.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -493,16 +808,40 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
     model = cls(config).eval()
     gemma = name.startswith("gemma")
     init_weights(model, fam, gemma)
+    moe = fam.get("moe")
+    if moe and moe.get("router_ties"):
+        with torch.no_grad():
+            for router in routers(model):
+                for src, dst in moe["router_ties"]:
+                    router.weight[dst] = router.weight[src]
     model.save_pretrained(hf_dir)
     for f in sorted(os.listdir(hf_dir)):
         if f not in ("config.json", "model.safetensors"):
             os.remove(hf_dir / f)
+    extra = {}
+    if moe:
+        hub_config(hf_dir, moe["hub_config_renames"])
+        hf_tensors = hf_tensor_table(hf_dir)
+        check_hub_format(hf_tensors, fam, model.config)
+        extra = dict(experts_implementation="eager")
 
     # The oracle runs on the checkpoint as saved: reload it and check it matches the in-memory one.
-    loaded = cls.from_pretrained(hf_dir, attn_implementation="eager", dtype=torch.float32).eval()
+    loaded = cls.from_pretrained(hf_dir, attn_implementation="eager", dtype=torch.float32, **extra).eval()
     assert loaded.config._attn_implementation == "eager"
-    logits = run_logits(loaded, seqs)
-    for a, b in zip(logits, run_logits(model, seqs)):
+    if moe:
+        assert loaded.config._experts_implementation == "eager"
+        for key in ("num_local_experts", "num_experts_per_tok", "num_hidden_layers"):
+            assert getattr(loaded.config, key) == getattr(model.config, key), key
+        with tie_context(fam):
+            logits, routes = run_logits_routed(loaded, seqs)
+            in_memory = run_logits(model, seqs)
+        stats = routing_stats(routes, loaded.config.num_experts_per_tok)
+        # A near-tie at the top-k boundary would let float rounding pick other experts.
+        assert stats["min_nonzero_boundary_gap"] >= 5e-3, stats["min_nonzero_boundary_gap"]
+    else:
+        logits = run_logits(loaded, seqs)
+        in_memory = run_logits(model, seqs)
+    for a, b in zip(logits, in_memory):
         assert np.array_equal(a, b), "reloaded checkpoint disagrees with the in-memory model"
     state = {k: v.clone() for k, v in loaded.state_dict().items()}
 
@@ -510,6 +849,7 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
     convert_to_gguf(hf_dir, name, gguf_path)
     summary = gguf_summary(gguf_path)
     check_gguf_facts(name, summary, loaded.config)
+    checks = compare_tensors(name, summary["reader"], hf_dir, loaded.config, fam)
 
     doc = dict(
         family=name,
@@ -519,7 +859,7 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         attn_implementation="eager",
         seed=fam["seed"],
         init_std=fam["init"],
-        config=config_fields(loaded.config),
+        config=config_fields(loaded.config, bool(moe)),
         logprobs="float64 log_softmax of transformers' float32 logits",
         top_k=TOP_K,
         sequences=seqs,
@@ -538,7 +878,8 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         )
     sens = {}
     for label, ov in fam.get("ablations", {}).items():
-        alt, _ = variant_logits(cls, fam, ov, state, seqs)
+        with tie_context(fam):
+            alt, _ = variant_logits(cls, fam, ov, state, seqs)
         diffs = [np.abs(a - b).max() for a, b in zip(alt, logits)]
         flips = sum(int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in zip(alt, logits))
         sens[label] = dict(
@@ -549,6 +890,8 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         )
     if sens:
         doc["sensitivity"] = sens
+    if moe:
+        doc["moe"] = moe_record(fam, loaded, seqs, logits, routes, hf_tensors, summary, checks)
     write_json(out / "logits.json", doc)
 
     report[name] = dict(
@@ -558,7 +901,95 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         sensitivity=sens,
         gguf_reading_diff=doc.get("gguf_reading", {}).get("max_abs_logit_diff_vs_primary"),
     )
-    report[name]["checks"] = compare_tensors(name, summary["reader"], hf_dir, loaded.config)
+    report[name]["checks"] = checks
+
+
+ROUTING = {
+    "Qwen3MoeForCausalLM": "router logits = x @ mlp.gate.weight^T (float32, x = the post-attention "
+    "RMSNorm output); p = softmax(router logits) over all experts (float32); the k largest p by "
+    "torch.topk; with norm_topk_prob the chosen p are divided by their sum (float32); "
+    "mlp(x) = sum over the chosen e of w_e * down_e(silu(gate_e x) * up_e x)",
+    "MixtralForCausalLM": "router logits = x @ block_sparse_moe.gate.weight^T (float32); p = softmax(router "
+    "logits) over all experts (float32); the k largest p by torch.topk; the chosen p are always divided "
+    "by their sum (float32); mlp(x) = sum over the chosen e of w_e * w2_e(silu(w1_e x) * w3_e x)",
+}
+
+COMBINE = (
+    "transformers (experts_implementation eager) adds each chosen expert's weighted output into "
+    "zeros in ascending expert id order (one index_add_ per expert hit); llama.cpp adds them in "
+    "top-k rank order; with k = 2 both orders give the same bits (a + b == b + a)"
+)
+
+
+def tie_context(fam: dict):
+    """The tie rule the family's primary outputs use (torch.topk itself where none is named)."""
+    rule = fam.get("moe", {}).get("tie_rule")
+    return topk_tie_rule(rule) if rule else contextlib.nullcontext()
+
+
+def moe_record(fam, loaded, seqs, logits, routes, hf_tensors, summary, checks) -> dict:
+    k = loaded.config.num_experts_per_tok
+    rule = fam["moe"].get("tie_rule")
+    for src, dst in fam["moe"].get("router_ties", []):
+        for seq in routes:
+            for layer_logits, _, _ in seq:
+                assert np.array_equal(layer_logits[:, src], layer_logits[:, dst]), "tied router rows, unequal scores"
+
+    def versus(alt) -> dict:
+        return dict(
+            outputs_bitwise_equal=all(np.array_equal(a, b) for a, b in zip(alt, logits)),
+            max_abs_logit_diff=f32(max(np.abs(a - b).max() for a, b in zip(alt, logits))),
+            top1_changed_positions=sum(int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in zip(alt, logits)),
+        )
+
+    native, native_routes = run_logits_routed(loaded, seqs)  # torch.topk's own tie-breaking
+    tie_break = dict(torch_topk=versus(native))
+    for r in ("lower_id", "higher_id"):
+        with topk_tie_rule(r):
+            tie_break[r] = versus(run_logits(loaded, seqs))
+    stats = routing_stats(routes, k)
+    ns = routing_stats(native_routes, k)
+    if ns["boundary_ties"]:
+        fact = (
+            f"at {ns['boundary_ties']} of {ns['decisions']} routing decisions (position x layer) equal "
+            "routing probabilities straddle the top-k boundary; torch.topk (CPU) chose the lower ids "
+            f"{ns['boundary_picks_lower_ids']} times and the higher ids {ns['boundary_picks_higher_ids']} "
+            f"times (others {ns['boundary_picks_other']}): its tie-breaking follows no id order. "
+        )
+    else:
+        fact = "no exact ties at the top-k boundary: every tie rule gives these outputs (tie_break). "
+    if rule:
+        fact += (
+            f"outputs, routes and sensitivity use ties broken by the {rule.replace('_', ' ')} (torch.topk "
+            "replaced by a stable descending sort); tie_break.torch_topk is how far torch.topk's own "
+            "choice lands from them"
+        )
+    else:
+        fact += "outputs are torch.topk's own"
+    doc = dict(
+        experts_implementation=loaded.config._experts_implementation,
+        routing=ROUTING[fam["cls"]],
+        combine=COMBINE,
+        tie_rule=rule or "torch.topk",
+        hf_expert_format="per-expert tensors, the hub's layout (save_pretrained converts transformers 5's "
+        "fused in-memory experts.gate_up_proj [E, 2F, H] / experts.down_proj [E, H, F] back)",
+        hf_config_renames=fam["moe"]["hub_config_renames"],
+        router_ties=[list(t) for t in fam["moe"].get("router_ties", [])],
+        tie_break_fact=fact,
+        max_abs_logit=f32(max(np.abs(lg).max() for lg in logits)),
+        routing_stats=stats,
+    )
+    if rule:
+        doc["torch_topk_routing_stats"] = {key: v for key, v in ns.items() if key != "per_layer"}
+    doc.update(
+        tie_break=tie_break,
+        gguf_checks=checks,
+        hf_tensors=hf_tensors,
+        gguf=dict(meta=summary["meta"], tensors=summary["tensors"]),
+        router_logits_first_sequence=[[[f32(v) for v in row] for row in layer[0]] for layer in routes[0]],
+        routes=routing_record(routes),
+    )
+    return doc
 
 
 def check_gguf_facts(name: str, summary: dict, config) -> None:
@@ -570,13 +1001,25 @@ def check_gguf_facts(name: str, summary: dict, config) -> None:
         assert not any("sliding_window" in k for k in meta), "Mistral GGUF now has a window key"
     if name == "phi3":
         assert meta["phi3.attention.sliding_window"] == 8
+    if "expert_count" in " ".join(meta):
+        assert meta[f"{arch}.expert_count"] == config.num_local_experts
+        assert meta[f"{arch}.expert_used_count"] == config.num_experts_per_tok
+        # llama.cpp's qwen3moe and llama graphs renormalize the chosen weights unconditionally
+        # (build_moe_ffn(..., norm_w = true, ..., SOFTMAX)): the GGUF carries no such flag.
+        assert not any("weights_norm" in k or "gating_func" in k for k in meta), meta.keys()
+    if name.startswith("qwen3moe"):
+        assert arch == "qwen3moe", arch
+        assert meta["qwen3moe.expert_feed_forward_length"] == config.moe_intermediate_size
+        assert config.norm_topk_prob
+    if name == "mixtral":
+        assert arch == "llama", arch
     if name.startswith("gemma"):
         assert not any("pre_attn" in k or "attention.scale" in k for k in meta), meta.keys()
         assert not any("sliding_window_pattern" in k for k in meta), meta.keys()
         assert meta[f"{arch}.attention.sliding_window"] == 8
 
 
-def compare_tensors(name: str, reader, hf_dir: Path, config) -> dict:
+def compare_tensors(name: str, reader, hf_dir: Path, config, fam: dict) -> dict:
     """Numerical facts for the report: norm shifts and q/k permutations."""
     from safetensors.numpy import load_file
 
@@ -607,6 +1050,19 @@ def compare_tensors(name: str, reader, hf_dir: Path, config) -> dict:
         res["ffn_up_equal_gate_up"] = bool(np.array_equal(g["blk.0.ffn_up.weight"].reshape(gu.shape), gu))
     if "rope_freqs.weight" in g:
         res["rope_freqs"] = [f32(x) for x in g["rope_freqs.weight"]]
+    if "moe" in fam:
+        m = fam["moe"]
+        n_exp = config.num_local_experts
+        eq = dict(ffn_gate_inp_equal_router=True, ffn_gate_exps_equal_stacked_gate=True,
+                  ffn_up_exps_equal_stacked_up=True, ffn_down_exps_equal_stacked_down=True)
+        for layer in range(config.num_hidden_layers):
+            r = st[m["router_hf"].format(L=layer)]
+            eq["ffn_gate_inp_equal_router"] &= bool(np.array_equal(g[f"blk.{layer}.ffn_gate_inp.weight"].reshape(r.shape), r))
+            for part in ("gate", "up", "down"):
+                w = np.stack([st[m["experts_hf"][part].format(L=layer, E=e)] for e in range(n_exp)])
+                gw = g[f"blk.{layer}.ffn_{part}_exps.weight"]
+                eq[f"ffn_{part}_exps_equal_stacked_{part}"] &= bool(gw.shape == w.shape and np.array_equal(gw, w))
+        res.update(eq)
     return res
 
 
