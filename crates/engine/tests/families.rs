@@ -2,7 +2,8 @@
 //! family's layout and tensor types, sliding windows shorter than the prompts): drafted replies
 //! equal serial ones (context copies forced, a draft model), concurrent requests equal their
 //! solo runs, and a conversation resumed from the prefix cache equals the same conversation
-//! served fresh, all by `token_sha`.
+//! served fresh, all by `token_sha`. Mixtures of experts (Qwen3-MoE, a Mixtral-style Llama) keep
+//! the same contract: a row's experts and their sum depend on that row alone.
 
 mod common;
 
@@ -19,40 +20,60 @@ use tf_weights::GgufFile;
 const WINDOW: usize = 21;
 
 /// A tiny model of `arch` (`layers` layers; a draft of the same seed with fewer layers is its
-/// first layers).
-fn family_model(arch: &'static str, dtype: DType, seed: u64, layers: usize) -> Arc<Model> {
+/// first layers): with a sliding window, or with `experts` (experts, used per token) instead.
+fn family_model(
+    arch: &'static str,
+    dtype: DType,
+    seed: u64,
+    layers: usize,
+    experts: Option<(usize, usize)>,
+) -> Arc<Model> {
     let mut spec = SynthSpec::tiny(arch, dtype);
     spec.seed = seed;
     spec.n_layers = layers;
-    spec.sliding_window = Some(WINDOW);
+    match experts {
+        Some(e) => {
+            spec.experts = Some(e);
+            spec.ffn_dim = 256;
+        }
+        None => spec.sliding_window = Some(WINDOW),
+    }
     let mut bytes = synth_gguf(&spec).to_bytes();
     centre(&mut bytes, seed, CENTRED);
     let gguf = GgufFile::from_bytes(bytes, "tiny.gguf").unwrap();
     Arc::new(Model::from_gguf(gguf).unwrap())
 }
 
-/// (family, tensor type, layers): Gemma 3 with five sliding layers and a global one, Gemma 2
-/// alternating, Phi-3's fused tensors with every layer sliding.
-const FAMILIES: [(&str, DType, usize); 3] = [
-    ("gemma3", DType::Q4K, 6),
-    ("gemma2", DType::Q8_0, 2),
-    ("phi3", DType::Q4_1, 2),
+/// (family, tensor type, layers, experts): Gemma 3 with five sliding layers and a global one,
+/// Gemma 2 alternating, Phi-3's fused tensors with every layer sliding; Qwen3-MoE with 8
+/// experts, 3 per token, and a Mixtral-style Llama with 4, 2 per token.
+type Experts = Option<(usize, usize)>;
+const FAMILIES: [(&str, DType, usize, Experts); 5] = [
+    ("gemma3", DType::Q4K, 6, None),
+    ("gemma2", DType::Q8_0, 2, None),
+    ("phi3", DType::Q4_1, 2, None),
+    ("qwen3moe", DType::Q4K, 2, Some((8, 3))),
+    ("llama", DType::Q8_0, 2, Some((4, 2))),
 ];
 
 fn families() -> Vec<Pair> {
     FAMILIES
         .iter()
         .enumerate()
-        .map(|(i, &(arch, dtype, layers))| {
+        .map(|(i, &(arch, dtype, layers, experts))| {
             let seed = 60 + i as u64;
-            let target = family_model(arch, dtype, seed, layers);
+            let target = family_model(arch, dtype, seed, layers, experts);
             let slides = (0..layers)
                 .filter(|&l| target.config.layer_slides(l))
                 .count();
-            assert!(slides > 0, "{arch}: no sliding layer");
+            assert!(slides > 0 || experts.is_some(), "{arch}: no sliding layer");
+            assert_eq!(target.config.moe.is_some(), experts.is_some(), "{arch}");
             Pair {
-                name: format!("{arch} {dtype:?}"),
-                draft: family_model(arch, dtype, seed, 1),
+                name: format!(
+                    "{arch} {dtype:?}{}",
+                    if experts.is_some() { " MoE" } else { "" }
+                ),
+                draft: family_model(arch, dtype, seed, 1, experts),
                 target,
             }
         })
