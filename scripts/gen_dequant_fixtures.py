@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the dequantization fixtures of crates/weights/tests/fixtures/dequant/.
 
-For each of the 13 tensor types TensorFold reads, writes `<type>.blocks` (random but valid raw
+For each of the 14 tensor types TensorFold reads, writes `<type>.blocks` (random but valid raw
 blocks: random quant bits, small finite f16 scales) and `<type>.f32` (the values gguf-py's
 reference `gguf.quants.dequantize` produces for them, little-endian f32). The Rust test
 `dequant_fixtures` checks that tf-weights' dequantize matches them bit for bit.
@@ -34,6 +34,7 @@ TYPES = [
     ("q4_k", T.Q4_K, 3),
     ("q5_k", T.Q5_K, 3),
     ("q6_k", T.Q6_K, 3),
+    ("mxfp4", T.MXFP4, 6),
 ]
 
 # Byte offsets of the f16 scale fields in each block, with the range of |value| drawn and
@@ -69,6 +70,11 @@ def make_blocks(rng: np.random.Generator, qtype: T, n_blocks: int) -> np.ndarray
         bits = float_values(rng, n_blocks).view(np.uint32) >> np.uint32(16)
         return bits.astype(np.uint16).view(np.uint8)
     blocks = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    if qtype == T.MXFP4:
+        # E8M0 scale bytes: weight-like ones, the two subnormal scales and a large one.
+        blocks[:, 0] = rng.integers(118, 124, size=n_blocks)
+        blocks[:3, 0] = [0, 1, 250]
+        return blocks.reshape(-1)
     for at, lo, hi, signed in SCALES[qtype]:
         v = rng.uniform(lo, hi, size=n_blocks)
         if signed:

@@ -19,6 +19,9 @@ pub enum DType {
     Q4K,
     Q5K,
     Q6K,
+    /// OCP microscaling FP4: 32 E2M1 values (±{0, 0.5, 1, 1.5, 2, 3, 4, 6}) sharing one E8M0
+    /// power-of-two scale (gpt-oss's expert weights).
+    MXFP4,
 }
 
 /// A ggml type id that TensorFold does not read.
@@ -39,6 +42,7 @@ impl fmt::Display for UnknownDType {
             29 => "IQ1_M",
             34 => "TQ1_0",
             35 => "TQ2_0",
+            40 => "NVFP4",
             _ => "unknown",
         };
         write!(f, "tensor type {} (ggml id {})", name, self.0)
@@ -46,7 +50,7 @@ impl fmt::Display for UnknownDType {
 }
 
 impl DType {
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 14] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -60,6 +64,7 @@ impl DType {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::MXFP4,
     ];
 
     /// The ggml type id used in GGUF files.
@@ -78,6 +83,7 @@ impl DType {
             DType::Q5K => 13,
             DType::Q6K => 14,
             DType::BF16 => 30,
+            DType::MXFP4 => 39,
         }
     }
 
@@ -94,6 +100,7 @@ impl DType {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
+            DType::MXFP4 => 32,
             DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => 256,
         }
     }
@@ -113,6 +120,7 @@ impl DType {
             DType::Q4K => 144,
             DType::Q5K => 176,
             DType::Q6K => 210,
+            DType::MXFP4 => 17,
         }
     }
 
@@ -139,7 +147,21 @@ impl DType {
             DType::Q4K => "Q4_K",
             DType::Q5K => "Q5_K",
             DType::Q6K => "Q6_K",
+            DType::MXFP4 => "MXFP4",
         }
+    }
+}
+
+/// Twice each MXFP4 (E2M1) code's value, an integer (code 8 is -0).
+pub const MXFP4_TWICE: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// `2^(e - 128)`, half an E8M0 scale: with [`MXFP4_TWICE`], an MXFP4 value is
+/// `e8m0_half(e) * MXFP4_TWICE[code]`, exactly (2^-128 and 2^-127 are subnormal).
+pub fn e8m0_half(e: u8) -> f32 {
+    if e < 2 {
+        f32::from_bits(0x0020_0000 << e)
+    } else {
+        f32::from_bits(u32::from(e - 1) << 23)
     }
 }
 

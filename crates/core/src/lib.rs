@@ -1,7 +1,7 @@
 //! Vocabulary shared by every TensorFold crate: ids, tensor element types, shapes.
 //! No numerics and no I/O live here.
 
-mod dtype;
+pub mod dtype;
 mod ids;
 
 pub use dtype::{DType, UnknownDType};

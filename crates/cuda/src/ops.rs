@@ -203,6 +203,7 @@ pub fn matmul_kernel(dtype: DType) -> Option<&'static str> {
         DType::F32 => "matmul_f32",
         DType::F16 => "matmul_f16",
         DType::BF16 => "matmul_bf16",
+        DType::MXFP4 => return None,
     })
 }
 

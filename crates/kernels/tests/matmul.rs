@@ -46,6 +46,7 @@ fn long_rows_in_block_runs_equal_the_reference() {
         DType::Q5_0,
         DType::Q8_0,
         DType::Q4_1,
+        DType::MXFP4,
     ] {
         let (k, n) = (9216, 11);
         let mut rng = Rng(77 + dtype.ggml_id() as u64);
@@ -130,6 +131,7 @@ fn rows_are_invariant_to_batch_offset_and_threads() {
         DType::Q5_1,
         DType::Q8_0,
         DType::Q4_1,
+        DType::MXFP4,
         DType::F32,
         DType::F16,
     ] {

@@ -276,7 +276,7 @@ unsafe fn legacy_dot(
     row: usize,
     bytes: usize,
     shape: Shape,
-    codes: impl Fn(&[u8]) -> (__m256i, i32),
+    codes: impl Fn(&[u8]) -> (__m256i, i32, f32),
 ) -> f32 {
     let qs = x.row_qs(row).as_ptr();
     let ds = x.row_d(row);
@@ -285,7 +285,7 @@ unsafe fn legacy_dot(
     let mut acc = 0f32;
     for b in 0..nb {
         let blk = blk_at(w, b, bytes);
-        let (u, offset) = codes(blk);
+        let (u, offset, d) = codes(blk);
         let xv = _mm256_loadu_si256(qs.add(32 * b) as *const __m256i);
         let dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, xv);
         let sx = sums[b] as i32;
@@ -295,7 +295,7 @@ unsafe fn legacy_dot(
         } else {
             0.0
         };
-        acc = block_step(acc, shape, f16_at(blk, 0), m, ds[b], isum, sx);
+        acc = block_step(acc, shape, d, m, ds[b], isum, sx);
     }
     acc
 }
@@ -311,7 +311,7 @@ unsafe fn legacy_rows8<const R: usize>(
     out: &mut [f32],
     bytes: usize,
     shape: Shape,
-    codes: impl Fn(&[u8]) -> (__m256i, i32),
+    codes: impl Fn(&[u8]) -> (__m256i, i32, f32),
 ) {
     let nb = w.len() / bytes;
     let zero = _mm256_setzero_si256();
@@ -321,7 +321,7 @@ unsafe fn legacy_rows8<const R: usize>(
     let sums: [&[i16]; R] = std::array::from_fn(|r| x.row_sums(r0 + r));
     for b in 0..nb {
         let blk = blk_at(w, b, bytes);
-        let (u, offset) = codes(blk);
+        let (u, offset, d) = codes(blk);
         let mut dps = [zero; 8];
         let mut dx = [0f32; 8];
         let mut sx = [0i32; 8];
@@ -342,7 +342,7 @@ unsafe fn legacy_rows8<const R: usize>(
             0.0
         };
         let dxv = _mm256_loadu_ps(dx.as_ptr());
-        acc = step8(acc, shape, f16_at(blk, 0), m, dxv, isum, sxv);
+        acc = step8(acc, shape, d, m, dxv, isum, sxv);
     }
     let mut lanes = [0f32; 8];
     _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
@@ -359,7 +359,7 @@ unsafe fn legacy_rows(
     out: &mut [f32],
     bytes: usize,
     shape: Shape,
-    codes: impl Fn(&[u8]) -> (__m256i, i32) + Copy,
+    codes: impl Fn(&[u8]) -> (__m256i, i32, f32) + Copy,
     dot: unsafe fn(&[u8], &QuantAct, usize) -> f32,
 ) {
     let mut r = 0;
@@ -381,29 +381,45 @@ unsafe fn legacy_rows(
 }
 
 #[inline(always)]
-unsafe fn codes_q4_0(b: &[u8]) -> (__m256i, i32) {
-    (nibbles32(b.as_ptr().add(2)), 8)
+unsafe fn codes_q4_0(b: &[u8]) -> (__m256i, i32, f32) {
+    (nibbles32(b.as_ptr().add(2)), 8, f16_at(b, 0))
 }
 
 #[inline(always)]
-unsafe fn codes_q4_1(b: &[u8]) -> (__m256i, i32) {
-    (nibbles32(b.as_ptr().add(4)), 0)
+unsafe fn codes_q4_1(b: &[u8]) -> (__m256i, i32, f32) {
+    (nibbles32(b.as_ptr().add(4)), 0, f16_at(b, 0))
 }
 
 #[inline(always)]
-unsafe fn codes_q5_0(b: &[u8]) -> (__m256i, i32) {
-    (five_bit(b, 2), 16)
+unsafe fn codes_q5_0(b: &[u8]) -> (__m256i, i32, f32) {
+    (five_bit(b, 2), 16, f16_at(b, 0))
 }
 
 #[inline(always)]
-unsafe fn codes_q5_1(b: &[u8]) -> (__m256i, i32) {
-    (five_bit(b, 4), 0)
+unsafe fn codes_q5_1(b: &[u8]) -> (__m256i, i32, f32) {
+    (five_bit(b, 4), 0, f16_at(b, 0))
 }
 
 #[inline(always)]
-unsafe fn codes_q8_0(b: &[u8]) -> (__m256i, i32) {
+unsafe fn codes_q8_0(b: &[u8]) -> (__m256i, i32, f32) {
     let v = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
-    (_mm256_xor_si256(v, _mm256_set1_epi8(-128)), 128)
+    (
+        _mm256_xor_si256(v, _mm256_set1_epi8(-128)),
+        128,
+        f16_at(b, 0),
+    )
+}
+
+/// MXFP4: each nibble looked up as twice its E2M1 value plus 12 (unsigned), 12 subtracted
+/// through the activations' sum, under half the E8M0 scale.
+#[inline(always)]
+unsafe fn codes_mxfp4(b: &[u8]) -> (__m256i, i32, f32) {
+    let lut = _mm256_setr_epi8(
+        12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24,
+        12, 11, 10, 9, 8, 6, 4, 0,
+    );
+    let codes = _mm256_shuffle_epi8(lut, nibbles32(b.as_ptr().add(1)));
+    (codes, 12, tf_core::dtype::e8m0_half(b[0]))
 }
 
 macro_rules! legacy_rows_fn {
@@ -419,6 +435,12 @@ legacy_rows_fn!(rows_q4_1, 20, Shape::ScalePlusMin, codes_q4_1, dot_q4_1);
 legacy_rows_fn!(rows_q5_0, 22, Shape::Scale, codes_q5_0, dot_q5_0);
 legacy_rows_fn!(rows_q5_1, 24, Shape::ScalePlusMin, codes_q5_1, dot_q5_1);
 legacy_rows_fn!(rows_q8_0, 34, Shape::Scale, codes_q8_0, dot_q8_0);
+legacy_rows_fn!(rows_mxfp4, 17, Shape::Scale, codes_mxfp4, dot_mxfp4);
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_mxfp4(w: &[u8], x: &QuantAct, row: usize) -> f32 {
+    legacy_dot(w, x, row, 17, Shape::Scale, |b| codes_mxfp4(b))
+}
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q4_0(w: &[u8], x: &QuantAct, row: usize) -> f32 {

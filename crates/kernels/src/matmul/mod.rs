@@ -216,6 +216,7 @@ fn quant_kernel(level: SimdLevel, dtype: DType) -> Kernel {
             DType::Q5_0 => Kernel::Rows(avx512::rows_q5_0),
             DType::Q5_1 => Kernel::Rows(avx512::rows_q5_1),
             DType::Q8_0 => Kernel::Rows(avx512::rows_q8_0),
+            DType::MXFP4 => Kernel::Rows(avx512::rows_mxfp4),
             DType::Q2K => Kernel::Dot(avx512::dot_q2k),
             DType::Q3K => Kernel::Dot(avx512::dot_q3k),
             DType::Q5K => Kernel::Dot(avx512::dot_q5k),
@@ -262,6 +263,7 @@ fn reference_dot(dtype: DType) -> QDot {
         DType::Q4K => r!(DType::Q4K),
         DType::Q5K => r!(DType::Q5K),
         DType::Q6K => r!(DType::Q6K),
+        DType::MXFP4 => r!(DType::MXFP4),
         other => unreachable!("{other} has no quantized kernel"),
     }
 }

@@ -208,6 +208,8 @@ pub fn unpack_k(dtype: DType, b: &[u8]) -> KBlock {
     k
 }
 
+use tf_core::dtype::MXFP4_TWICE;
+
 pub fn unpack_legacy(dtype: DType, b: &[u8]) -> LBlock {
     let mut out = LBlock {
         q: [0; 32],
@@ -249,6 +251,14 @@ pub fn unpack_legacy(dtype: DType, b: &[u8]) -> LBlock {
         DType::Q8_0 => {
             for j in 0..32 {
                 out.q[j] = b[2 + j] as i8;
+            }
+        }
+        DType::MXFP4 => {
+            // Integer codes twice the E2M1 values, under half the scale: exact.
+            out.d = tf_core::dtype::e8m0_half(b[0]);
+            for j in 0..16 {
+                out.q[j] = MXFP4_TWICE[usize::from(b[1 + j] & 0xF)];
+                out.q[j + 16] = MXFP4_TWICE[usize::from(b[1 + j] >> 4)];
             }
         }
         _ => panic!("unpack_legacy: {dtype} is not a legacy quant"),

@@ -71,6 +71,8 @@ pub fn weights(rng: &mut Rng, dtype: DType, n: usize) -> Vec<u8> {
                 put_f16(blk, 2, m);
             }
             DType::Q6K => put_f16(blk, 208, d),
+            // Scales 2^-8..2^-4, some subnormal-free spread.
+            DType::MXFP4 => blk[0] = 119 + (rng.next_u64() % 5) as u8,
         }
     }
     out

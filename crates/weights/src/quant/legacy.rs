@@ -5,11 +5,14 @@
 //! - Q5_0 {d: f16, qh: u32, qs[16]}: y = d * ((nibble | bit << 4) - 16)
 //! - Q5_1 {d: f16, m: f16, qh: u32, qs[16]}: y = d * (nibble | bit << 4) + m
 //! - Q8_0 {d: f16, qs[32]: i8}: y = d * q
+//! - MXFP4 {e: u8, qs[16]}: y = 2^(e - 127) * E2M1(nibble), E2M1 = ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+//!   (stored as ggml does: twice the value, an integer, times 2^(e - 128))
 //!
 //! Value j < 16 takes the low nibble of qs[j]; value j + 16 the high nibble. Bit j of qh is the
 //! fifth bit of value j.
 
 use super::f16_at;
+use tf_core::dtype::{e8m0_half, MXFP4_TWICE};
 
 pub(super) fn q4_0(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
@@ -52,6 +55,14 @@ pub(super) fn q5_1(b: &[u8], y: &mut [f32]) {
         let h1 = ((qh >> (j + 16)) & 1) as u8;
         y[j] = d * f32::from((qs[j] & 0x0F) | (h0 << 4)) + m;
         y[j + 16] = d * f32::from((qs[j] >> 4) | (h1 << 4)) + m;
+    }
+}
+
+pub(super) fn mxfp4(b: &[u8], y: &mut [f32]) {
+    let d = e8m0_half(b[0]);
+    for j in 0..16 {
+        y[j] = d * f32::from(MXFP4_TWICE[usize::from(b[1 + j] & 0x0F)]);
+        y[j + 16] = d * f32::from(MXFP4_TWICE[usize::from(b[1 + j] >> 4)]);
     }
 }
 

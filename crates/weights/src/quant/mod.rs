@@ -71,6 +71,7 @@ fn dequantize_blocks(dtype: DType, data: &[u8], out: &mut [f32]) {
         DType::Q4K => kquants::q4_k,
         DType::Q5K => kquants::q5_k,
         DType::Q6K => kquants::q6_k,
+        DType::MXFP4 => legacy::mxfp4,
     };
     for (b, y) in data
         .chunks_exact(dtype.block_bytes())

@@ -120,6 +120,8 @@ pub fn random_blocks(dtype: DType, n_elems: usize, seed: u64) -> Vec<u8> {
                 put_f16(b, 2, 15.5 * d);
             }
             DType::Q6K => put_f16(b, 208, sign * rng.range(6.2e-5, 2e-4)),
+            // Scales 2^-9..2^-6: values up to 6/64 (the sign lives in each code).
+            DType::MXFP4 => b[0] = 118 + (rng.next_u64() % 4) as u8,
             DType::F32 | DType::F16 | DType::BF16 => {}
         }
     }

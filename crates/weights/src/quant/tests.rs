@@ -51,6 +51,37 @@ fn random_blocks_are_deterministic_finite_and_weight_sized() {
     assert_eq!(random_blocks(DType::Q4K, 1, 0).len(), 144);
 }
 
+/// MXFP4 as the OCP format defines it: E2M1 codes (low nibbles first), one E8M0 scale.
+#[test]
+fn mxfp4_decodes_e2m1_codes_under_a_power_of_two() {
+    let mut block = [0u8; 17];
+    block[0] = 127 + 3; // 2^3
+    for j in 0..16u8 {
+        block[1 + j as usize] = j | ((15 - j) << 4);
+    }
+    let mut out = [0f32; 32];
+    dequantize(DType::MXFP4, &block, &mut out).unwrap();
+    let e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+    for j in 0..16 {
+        let value = |code: usize| {
+            if code < 8 {
+                e2m1[code]
+            } else {
+                -e2m1[code - 8]
+            }
+        };
+        assert_eq!(out[j], 8.0 * value(j), "low nibble {j}");
+        assert_eq!(out[j + 16], 8.0 * value(15 - j), "high nibble {j}");
+    }
+    // The smallest scales are subnormal, exactly.
+    block[0] = 0;
+    dequantize(DType::MXFP4, &block, &mut out).unwrap();
+    assert_eq!(out[7], 6.0 * 2f32.powi(-127));
+    block[0] = 255;
+    dequantize(DType::MXFP4, &block, &mut out).unwrap();
+    assert_eq!(out[1], 2f32.powi(127)); // 0.5 * 2^128
+}
+
 #[test]
 fn float_helpers() {
     assert_eq!(f16_to_f32(0x3C00), 1.0);
