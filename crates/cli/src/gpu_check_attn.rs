@@ -145,6 +145,7 @@ pub fn run(
                 .collect();
             let shape = AttnShape {
                 softcap: None,
+                sinks: None,
                 n_heads: h,
                 n_kv_heads: kvh,
                 head_dim: hd,

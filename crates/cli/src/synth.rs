@@ -15,7 +15,9 @@ use crate::GlobalArgs;
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// Shape to copy: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, llama3.2-1b (with
-    /// its RoPE scaling), gemma3-270m or qwen3-30b-a3b (128 experts, 8 per token).
+    /// its RoPE scaling), gemma3-270m, qwen3-30b-a3b (128 experts, 8 per token) or gpt-oss-20b
+    /// (MXFP4 experts, 32, 4 per token; Q8_0 elsewhere, as ggml-org's file).
+    /// With q4_k_m, gpt-oss-20b keeps that mix (its width, 2880, takes no k-quant).
     #[arg(long, value_name = "MODEL")]
     pub like: String,
     /// Keep only the first N layers of the shape (a model too big for this machine's memory,
@@ -75,6 +77,16 @@ fn shape(like: &str) -> Result<(SynthSpec, bool)> {
             s.sliding_window = Some(512);
             (s, true)
         }
+        "gpt-oss-20b" => {
+            let mut s = SynthSpec::shaped(
+                "gpt-oss", 24, 2880, 64, 8, 64, 2880, 201088, 131072, 150000.0, f32,
+            );
+            s.experts = Some((32, 4));
+            s.expert_dtype = Some(DType::MXFP4);
+            s.sliding_window = Some(128);
+            s.yarn = Some((32.0, 4096));
+            (s, false)
+        }
         "qwen3-30b-a3b" => {
             let mut s = SynthSpec::shaped(
                 "qwen3moe", 48, 2048, 32, 4, 128, 768, 151936, 40960, 1e6, f32,
@@ -84,7 +96,7 @@ fn shape(like: &str) -> Result<(SynthSpec, bool)> {
         }
         other => bail!(
             "unknown --like {other:?}: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, \
-             llama3.2-1b, gemma3-270m or qwen3-30b-a3b"
+             llama3.2-1b, gemma3-270m, qwen3-30b-a3b or gpt-oss-20b"
         ),
     })
 }
@@ -132,6 +144,14 @@ fn spec_for(like: &str, quant: &str, seed: u64, layers: Option<usize>) -> Result
     let f = spec.ffn_dim;
     spec.seed = seed;
     spec.tokenizer = true;
+    if spec.expert_dtype == Some(DType::MXFP4) {
+        // gpt-oss as released (ggml-org's GGUF): MXFP4 experts, Q8_0 everything else.
+        spec.matrix_dtype = DType::Q8_0;
+        spec.down_dtype = DType::Q8_0;
+        spec.embed_dtype = DType::Q8_0;
+        spec.output_dtype = (!tied).then_some(DType::Q8_0);
+        return Ok(spec);
+    }
     match quant {
         "q8_0" | "f16" => {
             let t = if quant == "q8_0" {

@@ -38,6 +38,12 @@ fn family_model(
         }
         None => spec.sliding_window = Some(WINDOW),
     }
+    if arch == "gpt-oss" {
+        // MXFP4 experts with biases, sinks, alternating windows, YaRN.
+        spec.expert_dtype = Some(DType::MXFP4);
+        spec.sliding_window = Some(WINDOW);
+        spec.yarn = Some((32.0, 16));
+    }
     let mut bytes = synth_gguf(&spec).to_bytes();
     centre(&mut bytes, seed, CENTRED);
     let gguf = GgufFile::from_bytes(bytes, "tiny.gguf").unwrap();
@@ -46,14 +52,16 @@ fn family_model(
 
 /// (family, tensor type, layers, experts): Gemma 3 with five sliding layers and a global one,
 /// Gemma 2 alternating, Phi-3's fused tensors with every layer sliding; Qwen3-MoE with 8
-/// experts, 3 per token, and a Mixtral-style Llama with 4, 2 per token.
+/// experts, 3 per token, a Mixtral-style Llama with 4, 2 per token, and gpt-oss (MXFP4
+/// experts, sinks, a sliding and a full layer, YaRN).
 type Experts = Option<(usize, usize)>;
-const FAMILIES: [(&str, DType, usize, Experts); 5] = [
+const FAMILIES: [(&str, DType, usize, Experts); 6] = [
     ("gemma3", DType::Q4K, 6, None),
     ("gemma2", DType::Q8_0, 2, None),
     ("phi3", DType::Q4_1, 2, None),
     ("qwen3moe", DType::Q4K, 2, Some((8, 3))),
     ("llama", DType::Q8_0, 2, Some((4, 2))),
+    ("gpt-oss", DType::Q8_0, 2, Some((4, 2))),
 ];
 
 fn families() -> Vec<Pair> {

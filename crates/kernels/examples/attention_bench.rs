@@ -28,6 +28,7 @@ fn main() {
     };
     let shape = AttnShape {
         softcap: None,
+        sinks: None,
         n_heads: 12,
         n_kv_heads: 2,
         head_dim: 128,

@@ -11,6 +11,16 @@ pub struct Routing {
     pub used: usize,
     /// The chosen experts' softmax probabilities are divided by their sum.
     pub norm_topk: bool,
+    pub gating: Gating,
+}
+
+/// Where the softmax goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Over every expert's score, then the top `used` (Mixtral, Qwen3-MoE).
+    Softmax,
+    /// Over the top `used` scores only (gpt-oss).
+    TopKSoftmax,
 }
 
 /// One chosen expert of a row.
@@ -24,9 +34,25 @@ pub struct Choice {
 /// sum taken in expert order), the `used` highest probabilities (ties to the lower id; a NaN
 /// score counts as the lowest), then each weight divided by the chosen ones' sum (summed in
 /// rank order) where `norm_topk` says. `out` gets the choices in rank order.
+///
+/// With [`Gating::TopKSoftmax`]: the `used` highest scores (same ties), then a softmax over them
+/// (their max subtracted, summed in rank order).
 pub fn route(scores: &[f32], r: Routing, out: &mut Vec<Choice>) {
     out.clear();
     let clean = |s: f32| if s.is_nan() { f32::NEG_INFINITY } else { s };
+    if r.gating == Gating::TopKSoftmax {
+        let mut order: Vec<usize> = (0..scores.len()).collect();
+        order.sort_by(|&a, &b| clean(scores[b]).total_cmp(&clean(scores[a])));
+        let top = &order[..r.used.min(order.len())];
+        let max = top.first().map_or(0.0, |&e| clean(scores[e]));
+        out.extend(top.iter().map(|&e| Choice {
+            expert: e,
+            weight: canon::exp(clean(scores[e]) - max),
+        }));
+        let sum: f32 = out.iter().map(|c| c.weight).sum();
+        out.iter_mut().for_each(|c| c.weight /= sum);
+        return;
+    }
     let max = scores
         .iter()
         .map(|&s| clean(s))
@@ -66,7 +92,16 @@ mod tests {
 
     fn chosen(scores: &[f32], used: usize, norm_topk: bool) -> Vec<Choice> {
         let mut out = Vec::new();
-        route(scores, Routing { used, norm_topk }, &mut out);
+        let gating = Gating::Softmax;
+        route(
+            scores,
+            Routing {
+                used,
+                norm_topk,
+                gating,
+            },
+            &mut out,
+        );
         out
     }
 
@@ -109,6 +144,24 @@ mod tests {
         let c = chosen(&[f32::NAN, 1.0, f32::NEG_INFINITY, 2.0], 2, true);
         assert_eq!(c.iter().map(|c| c.expert).collect::<Vec<_>>(), [3, 1]);
         assert!(c.iter().all(|c| c.weight.is_finite()));
+    }
+
+    #[test]
+    fn top_k_then_softmax_weighs_only_the_chosen() {
+        let mut c = Vec::new();
+        let r = Routing {
+            used: 2,
+            norm_topk: false,
+            gating: Gating::TopKSoftmax,
+        };
+        route(&[0.5, 2.0, 2.0, -1.0, 1.0], r, &mut c);
+        assert_eq!(c.iter().map(|c| c.expert).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!((c[0].weight, c[1].weight), (0.5, 0.5));
+        route(&[0.0, 1.0, f32::NAN, 3.0], r, &mut c);
+        assert_eq!(c.iter().map(|c| c.expert).collect::<Vec<_>>(), [3, 1]);
+        let e = (-2.0f64).exp();
+        assert!((c[0].weight as f64 - 1.0 / (1.0 + e)).abs() < 1e-6);
+        assert!((c[1].weight as f64 - e / (1.0 + e)).abs() < 1e-6);
     }
 
     #[test]

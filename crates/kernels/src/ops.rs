@@ -6,6 +6,18 @@ use crate::SimdLevel;
 
 pub use canon::{geglu, swiglu};
 
+/// gpt-oss's clamped SwiGLU: `g = min(gate, limit)`, `u = clamp(up, -limit, limit)`,
+/// `out = g / (1 + exp(-alpha g)) * (u + 1)`, with the canonical exponential, one element at a
+/// time (so any SIMD level gives these bits).
+pub fn swiglu_oai(gate: &[f32], up: &[f32], alpha: f32, limit: f32, out: &mut [f32]) {
+    assert!(gate.len() == up.len() && up.len() == out.len());
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        let g = g.min(limit);
+        let u = u.clamp(-limit, limit);
+        *o = g / (1.0 + canon::exp(-alpha * g)) * (u + 1.0);
+    }
+}
+
 /// `out = x / sqrt(mean(x²) + eps) * weight`, with the canonical dot for the sum of squares.
 pub fn rms_norm(level: SimdLevel, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let n = x.len();
@@ -42,6 +54,8 @@ pub struct RopeTable {
     /// The angle per position of each rotary pair (`base^(-2i/rot_dim)`, divided by the pair's
     /// scaling factor where the model scales its frequencies).
     thetas: Vec<f64>,
+    /// cos and sin multiplied by this (YaRN; 1 otherwise).
+    mscale: f64,
     max_pos: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
@@ -70,23 +84,48 @@ impl RopeTable {
         let mut t = RopeTable {
             rot_dim,
             thetas,
+            mscale: 1.0,
             max_pos,
             cos: vec![0.0; max_pos * half],
             sin: vec![0.0; max_pos * half],
         };
-        for p in 0..max_pos {
+        t.fill();
+        t
+    }
+
+    /// The same table with cos and sin multiplied by `mscale` (in f64, rounded once): YaRN's
+    /// attention factor.
+    pub fn scaled(mut self, mscale: f64) -> RopeTable {
+        if mscale != self.mscale {
+            self.mscale = mscale;
+            self.fill();
+        }
+        self
+    }
+
+    fn fill(&mut self) {
+        let half = self.rot_dim / 2;
+        let t = self;
+        for p in 0..t.max_pos {
             for i in 0..half {
                 let (c, s) = t.angle(p, i);
                 t.cos[p * half + i] = c;
                 t.sin[p * half + i] = s;
             }
         }
-        t
     }
 
     fn angle(&self, pos: usize, i: usize) -> (f32, f32) {
         let a = pos as f64 * self.thetas[i];
-        (a.cos() as f32, a.sin() as f32)
+        (
+            (a.cos() * self.mscale) as f32,
+            (a.sin() * self.mscale) as f32,
+        )
+    }
+
+    /// What cos and sin are multiplied by.
+    pub fn mscale(&self) -> f64 {
+        self.mscale
     }
 
     /// The angle per position of each rotary pair.

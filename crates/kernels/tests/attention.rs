@@ -11,7 +11,7 @@ use tf_kernels::{SimdLevel, ThreadPool};
 struct Setup {
     kv: KvCache,
     table: Vec<u32>,
-    shape: AttnShape,
+    shape: AttnShape<'static>,
     q: Vec<f32>,
     n: usize,
 }
@@ -39,6 +39,7 @@ fn setup(n: usize, head_dim: usize) -> Setup {
         table,
         shape: AttnShape {
             softcap: None,
+            sinks: None,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -155,13 +156,42 @@ fn sliding_window_rows_agree_bitwise() {
 
 #[test]
 fn matches_plain_softmax() {
-    plain_softmax_check(usize::MAX, None);
+    plain_softmax_check(usize::MAX, None, None);
 }
 
 #[test]
 fn sliding_window_matches_plain_softmax() {
     for window in [1usize, 7, 40] {
-        plain_softmax_check(window, None);
+        plain_softmax_check(window, None, None);
+    }
+}
+
+/// One sink logit per query head (gpt-oss), near and far above the scores.
+const SINKS: [f32; 6] = [0.5, -2.0, 3.0, 0.0, 12.0, -30.0];
+
+/// Attention sinks: against the float64 formula, and every level, thread count and row
+/// grouping gives the bits of the scalar rows alone, windowed or not.
+#[test]
+fn attention_sinks() {
+    plain_softmax_check(usize::MAX, None, Some(&SINKS));
+    plain_softmax_check(9, Some(2.0), Some(&SINKS));
+    for window in [usize::MAX, 20] {
+        let mut s = setup(2 * KEY_CHUNK + 3, 64);
+        s.shape.sinks = Some(&SINKS);
+        let qd = s.shape.n_heads * 64;
+        let p1 = ThreadPool::new(1);
+        let want = run_window(&s, SimdLevel::Scalar, &p1, 0..s.n, None, window);
+        let mut plain = setup(2 * KEY_CHUNK + 3, 64);
+        plain.shape.sinks = None;
+        let without = run_window(&plain, SimdLevel::Scalar, &p1, 0..s.n, None, window);
+        assert!(!bits_eq(&want, &without), "the sinks change nothing");
+        for level in SimdLevel::available() {
+            let pool = ThreadPool::new(3);
+            let all = run_window(&s, level, &pool, 0..s.n, None, window);
+            assert!(bits_eq(&all, &want), "{level:?}");
+            let got = run_window(&s, level, &p1, 40..41, None, window);
+            assert!(bits_eq(&got, &want[40 * qd..41 * qd]), "{level:?}");
+        }
     }
 }
 
@@ -169,8 +199,8 @@ fn sliding_window_matches_plain_softmax() {
 /// and row grouping gives the bits of the scalar rows alone.
 #[test]
 fn soft_capped_scores() {
-    plain_softmax_check(usize::MAX, Some(0.7));
-    plain_softmax_check(9, Some(2.0));
+    plain_softmax_check(usize::MAX, Some(0.7), None);
+    plain_softmax_check(9, Some(2.0), None);
     let mut s = setup(2 * KEY_CHUNK + 3, 64);
     s.shape.softcap = Some(1.5);
     let qd = s.shape.n_heads * 64;
@@ -187,10 +217,11 @@ fn soft_capped_scores() {
     }
 }
 
-/// The kernel against a float64 softmax over each row's visible keys.
-fn plain_softmax_check(window: usize, softcap: Option<f32>) {
+/// The kernel against a float64 softmax over each row's visible keys (and its head's sink).
+fn plain_softmax_check(window: usize, softcap: Option<f32>, sinks: Option<&'static [f32]>) {
     let mut s = setup(150, 64);
     s.shape.softcap = softcap;
+    s.shape.sinks = sinks;
     let pool = ThreadPool::new(2);
     let hd = s.shape.head_dim;
     let qd = s.shape.n_heads * hd;
@@ -212,9 +243,10 @@ fn plain_softmax_check(window: usize, softcap: Option<f32>) {
                 })
                 .map(|x| softcap.map_or(x, |c| c as f64 * (x / c as f64).tanh()))
                 .collect();
-            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let sink = sinks.map(|s| s[h] as f64);
+            let m = scores.iter().cloned().chain(sink).fold(f64::MIN, f64::max);
             let w: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
-            let z: f64 = w.iter().sum();
+            let z: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
             for d in 0..hd {
                 let want: f64 = (lo..=p)
                     .map(|j| w[j - lo] * layer.v[layer.offset(&s.table, j) + kvh * hd + d] as f64)

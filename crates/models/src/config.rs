@@ -21,9 +21,38 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_context: f64,
     },
+    /// YaRN: each pair's frequency blended between interpolated (divided by `factor`) and
+    /// original by a linear ramp over the pairs whose wavelength falls between `beta_fast` and
+    /// `beta_slow` rotations in `original_context` positions; cos and sin times `mscale`.
+    Yarn {
+        factor: f64,
+        original_context: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        /// The ramp's ends rounded outward to whole dimensions.
+        truncate: bool,
+        mscale: f64,
+    },
 }
 
 impl RopeScaling {
+    /// What YaRN multiplies cos and sin by (1 for the other kinds).
+    pub fn mscale(&self) -> f64 {
+        match *self {
+            RopeScaling::Yarn { mscale, .. } => mscale,
+            _ => 1.0,
+        }
+    }
+
+    /// YaRN's default `mscale`: `0.1 ln(factor) + 1` (1 for factors up to 1).
+    pub fn yarn_mscale(factor: f64) -> f64 {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * factor.ln() + 1.0
+        }
+    }
+
     /// The divisor of each rotary pair's frequency (`rot_dim / 2` of them; empty = all 1).
     pub fn factors(&self, rot_dim: usize, base: f32) -> Vec<f64> {
         let half = rot_dim / 2;
@@ -51,6 +80,38 @@ impl RopeScaling {
                     }
                 })
                 .collect(),
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
+            } => {
+                let dim = rot_dim as f64;
+                let base = base as f64;
+                // The dimension whose pair turns `rotations` times in the original context.
+                let at = |rotations: f64| {
+                    dim * (original_context / (rotations * 2.0 * std::f64::consts::PI)).ln()
+                        / (2.0 * base.ln())
+                };
+                let (mut low, mut high) = (at(beta_fast), at(beta_slow));
+                if truncate {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                (0..half)
+                    .map(|i| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        // Weight of the original frequency: 1 for fast pairs, 0 for slow ones.
+                        let keep = 1.0 - ramp;
+                        1.0 / ((1.0 - keep) / factor + keep)
+                    })
+                    .collect()
+            }
         }
     }
 }
@@ -65,6 +126,9 @@ pub struct MoeConfig {
     pub expert_ffn: usize,
     /// The chosen experts' softmax weights are divided by their sum (Mixtral, Qwen3-MoE).
     pub norm_topk: bool,
+    pub gating: registry::Gating,
+    /// A bias on the router's scores and on each expert's gate, up and down outputs (gpt-oss).
+    pub biases: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -156,6 +220,18 @@ impl ModelConfig {
                 "linear" => RopeScaling::Linear {
                     factor: f_or("rope.scaling.factor", 1.0)? as f64,
                 },
+                "yarn" => {
+                    let factor = f_or("rope.scaling.factor", 1.0)? as f64;
+                    RopeScaling::Yarn {
+                        factor,
+                        original_context: u("rope.scaling.original_context_length")? as f64,
+                        beta_fast: f_or("rope.scaling.yarn_beta_fast", 32.0)? as f64,
+                        beta_slow: f_or("rope.scaling.yarn_beta_slow", 1.0)? as f64,
+                        truncate: family.yarn_truncate_default,
+                        mscale: f_or("rope.scaling.attn_factor", 1.0)? as f64
+                            * RopeScaling::yarn_mscale(factor),
+                    }
+                }
                 other => {
                     return Err(ModelError::Config {
                         source_path: src,
@@ -213,6 +289,8 @@ impl ModelConfig {
                         Some(MetaValue::Bool(b)) => *b,
                         _ => true,
                     },
+                    gating: family.gating,
+                    biases: family.gpt_oss_biases,
                 }),
             },
         };
@@ -242,6 +320,9 @@ impl ModelConfig {
                     .collect::<Vec<_>>()
                     .join(", "),
             })?;
+        if let Some(why) = family.hf_unsupported {
+            return Err(err(why.to_string()));
+        }
         let u = |k: &str| -> Result<usize> {
             config
                 .get(k)
@@ -387,6 +468,16 @@ impl ModelConfig {
                 .iter()
                 .all(|v| v.is_finite() && **v > 0.0)
                 && high_freq_factor > low_freq_factor => {}
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast,
+                beta_slow,
+                mscale,
+                ..
+            } if [factor, original_context, beta_fast, beta_slow, mscale]
+                .iter()
+                .all(|v| v.is_finite() && **v > 0.0) => {}
             _ => return bad("RoPE scaling parameters must be positive and finite"),
         }
         Ok(())
@@ -448,6 +539,8 @@ fn hf_moe(config: &Value, family: &Family, src: &str) -> Result<Option<MoeConfig
             .get("norm_topk_prob")
             .and_then(Value::as_bool)
             .unwrap_or(family.norm_topk_default),
+        gating: family.gating,
+        biases: family.gpt_oss_biases,
     }))
 }
 
@@ -490,11 +583,32 @@ fn hf_rope(config: &Value, kind: &str, src: &str) -> Result<(f32, RopeScaling)> 
             high_freq_factor: num("high_freq_factor")?,
             original_context: num("original_max_position_embeddings")?,
         },
+        "yarn" => {
+            let factor = num("factor")?;
+            let opt = |k: &str| s.get(k).and_then(Value::as_f64);
+            if opt("mscale").is_some() || opt("mscale_all_dim").is_some() {
+                return Err(ModelError::Config {
+                    source_path: src.to_string(),
+                    what: "YaRN with 'mscale' / 'mscale_all_dim' (DeepSeek's form) is not \
+                           supported"
+                        .into(),
+                });
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_context: num("original_max_position_embeddings")?,
+                beta_fast: opt("beta_fast").unwrap_or(32.0),
+                beta_slow: opt("beta_slow").unwrap_or(1.0),
+                truncate: s.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+                mscale: opt("attention_factor").unwrap_or(RopeScaling::yarn_mscale(factor)),
+            }
+        }
         other => {
             return Err(ModelError::Config {
                 source_path: src.to_string(),
                 what: format!(
-                    "rope scaling type '{other}' is not supported (default, linear, llama3 are)"
+                    "rope scaling type '{other}' is not supported (default, linear, llama3, yarn \
+                     are)"
                 ),
             })
         }

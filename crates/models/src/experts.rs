@@ -4,11 +4,10 @@
 //! whatever other rows share the call or share its experts.
 
 use crate::config::MoeConfig;
-use crate::registry::Mlp;
+use crate::registry::{Gating, Mlp};
 use crate::weights::{with_panel, Experts};
 use tf_kernels::matmul::{matmul, Activations, PackedMatrix};
 use tf_kernels::moe::{combine, route, Choice, Routing};
-use tf_kernels::ops::{geglu, swiglu};
 use tf_kernels::{SimdLevel, ThreadPool};
 
 /// `out` (rows x d) = the mixture of experts of `h` (rows x d). `panels`: the layer's panel
@@ -35,9 +34,16 @@ pub(crate) fn moe_ffn(
         &hx,
         &mut scores,
     );
+    if let Some(b) = &w.router_bias {
+        add_rows(&mut scores, b);
+    }
     let routing = Routing {
         used: k,
         norm_topk: moe.norm_topk,
+        gating: match moe.gating {
+            Gating::Softmax => tf_kernels::moe::Gating::Softmax,
+            Gating::TopKSoftmax => tf_kernels::moe::Gating::TopKSoftmax,
+        },
     };
     // Each row's choices, and each expert's (row, rank) pairs in row order.
     let mut choices: Vec<Vec<Choice>> = vec![Vec::with_capacity(k); m];
@@ -67,12 +73,16 @@ pub(crate) fn moe_ffn(
         let xa = Activations::new(level, &xe, n, d);
         matmul(pool, &with_panel(&ex.gate, p(0)), &xa, &mut g);
         matmul(pool, &with_panel(&ex.up, p(1)), &xa, &mut u);
-        match act {
-            Mlp::SwiGlu => swiglu(level, &g, &u, &mut a),
-            Mlp::GeGlu => geglu(level, &g, &u, &mut a),
+        if let Some(b) = &w.biases {
+            add_rows(&mut g, &b.gate[x * f..(x + 1) * f]);
+            add_rows(&mut u, &b.up[x * f..(x + 1) * f]);
         }
+        act.apply(level, &g, &u, &mut a);
         let aa = Activations::new(level, &a, n, f);
         matmul(pool, &with_panel(&ex.down, p(2)), &aa, &mut y);
+        if let Some(b) = &w.biases {
+            add_rows(&mut y, &b.down[x * d..(x + 1) * d]);
+        }
         for (j, &(r, rank)) in rows.iter().enumerate() {
             let at = (r * k + rank) * d;
             ys[at..at + d].copy_from_slice(&y[j * d..(j + 1) * d]);
@@ -84,5 +94,14 @@ pub(crate) fn moe_ffn(
             &ys[r * k * d..(r + 1) * k * d],
             &mut out[r * d..(r + 1) * d],
         );
+    }
+}
+
+/// `bias` added to every row of `x`.
+fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
     }
 }

@@ -18,11 +18,13 @@ pub struct RopeSpec {
     pub style: RopeStyle,
     /// Divisor of each rotary pair's frequency (empty: none).
     pub factors: Vec<f64>,
+    /// cos and sin are multiplied by this (YaRN's attention factor; 1 otherwise).
+    pub mscale: f64,
 }
 
 impl RopeSpec {
     pub fn table(&self, max_pos: usize) -> RopeTable {
-        RopeTable::with_factors(self.dim, self.base, &self.factors, max_pos)
+        RopeTable::with_factors(self.dim, self.base, &self.factors, max_pos).scaled(self.mscale)
     }
 }
 
@@ -43,6 +45,10 @@ pub struct LayerPlan {
     pub moe: Option<MoeConfig>,
     /// RMSNorm of the attention and MLP outputs before the residual add.
     pub post_norms: bool,
+    /// A bias added to the attention output projection (gpt-oss).
+    pub o_bias: bool,
+    /// One sink logit per query head joins the attention softmax (gpt-oss).
+    pub sinks: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +75,7 @@ impl Plan {
             base: cfg.rope_base,
             style: cfg.rope_style,
             factors: global_factors,
+            mscale: cfg.rope_scaling.mscale(),
         }];
         let slides = (0..cfg.n_layers).any(|l| cfg.layer_slides(l));
         if slides && cfg.rope_local_base.is_some() {
@@ -77,6 +84,7 @@ impl Plan {
                 base: cfg.rope_local_base.unwrap_or(cfg.rope_base),
                 style: cfg.rope_style,
                 factors: Vec::new(),
+                mscale: 1.0,
             });
         }
         let layers = (0..cfg.n_layers)
@@ -92,6 +100,8 @@ impl Plan {
                     mlp: fam.mlp,
                     moe: cfg.moe.clone(),
                     post_norms: fam.post_norms,
+                    o_bias: fam.gpt_oss_biases,
+                    sinks: fam.sinks,
                 }
             })
             .collect();
@@ -183,12 +193,19 @@ impl Plan {
         add(self.ropes.len() > 1, Feature::SecondRope);
         let scaled = self.ropes.iter().any(|r| !r.factors.is_empty());
         add(scaled, Feature::RopeScaling);
+        add(
+            self.ropes.iter().any(|r| r.mscale != 1.0),
+            Feature::RopeMscale,
+        );
         let plain_scale = 1.0 / (head_dim as f32).sqrt();
         for l in &self.layers {
             add(l.window.is_some(), Feature::SlidingWindow);
             add(l.attn_softcap.is_some(), Feature::AttentionSoftcap);
             add(l.attn_scale != plain_scale, Feature::AttentionScale);
-            add(l.mlp != Mlp::SwiGlu, Feature::GeGlu);
+            add(l.mlp == Mlp::GeGlu, Feature::GeGlu);
+            add(l.mlp == Mlp::SwiGluOai, Feature::ClampedSwiGlu);
+            add(l.o_bias, Feature::OutputBias);
+            add(l.sinks, Feature::AttentionSinks);
             add(l.post_norms, Feature::PostNorms);
             add(l.moe.is_some(), Feature::Moe);
         }
@@ -212,6 +229,11 @@ pub enum Feature {
     PostNorms,
     /// A mixture-of-experts feed-forward.
     Moe,
+    /// cos and sin scaled (YaRN).
+    RopeMscale,
+    ClampedSwiGlu,
+    OutputBias,
+    AttentionSinks,
 }
 
 impl std::fmt::Display for Feature {
@@ -227,6 +249,10 @@ impl std::fmt::Display for Feature {
             Feature::GeGlu => "GeGLU",
             Feature::PostNorms => "post-attention and post-MLP norms",
             Feature::Moe => "mixture-of-experts feed-forward",
+            Feature::RopeMscale => "YaRN's scaled cos and sin",
+            Feature::ClampedSwiGlu => "gpt-oss's clamped SwiGLU",
+            Feature::OutputBias => "a bias on the attention output",
+            Feature::AttentionSinks => "attention sinks",
         })
     }
 }

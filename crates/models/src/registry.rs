@@ -11,6 +11,33 @@ pub enum Mlp {
     SwiGlu,
     /// GELU (tanh form) gate (Gemma).
     GeGlu,
+    /// gpt-oss's clamped SwiGLU: `(clamp(up, ±7) + 1) * g * sigmoid(1.702 g)`, `g = min(gate, 7)`.
+    SwiGluOai,
+}
+
+impl Mlp {
+    /// `out = act(gate) * up` element by element, this MLP's activation.
+    pub fn apply(self, level: tf_kernels::SimdLevel, gate: &[f32], up: &[f32], out: &mut [f32]) {
+        use tf_kernels::ops;
+        match self {
+            Mlp::SwiGlu => ops::swiglu(level, gate, up, out),
+            Mlp::GeGlu => ops::geglu(level, gate, up, out),
+            Mlp::SwiGluOai => ops::swiglu_oai(gate, up, OAI_ALPHA, OAI_LIMIT, out),
+        }
+    }
+}
+
+/// gpt-oss's SwiGLU constants (transformers and llama.cpp hard-code them too).
+pub const OAI_ALPHA: f32 = 1.702;
+pub const OAI_LIMIT: f32 = 7.0;
+
+/// How a mixture of experts' router weighs the experts it picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over every expert's score, then the top k (Mixtral, Qwen3-MoE).
+    Softmax,
+    /// The top k scores, then a softmax over those k (gpt-oss).
+    TopKSoftmax,
 }
 
 /// Which layers use the model's sliding window, when its config sets one (a config's own
@@ -65,6 +92,20 @@ pub struct Family {
     /// Whether the chosen experts' weights are renormalized when the config does not say
     /// (`norm_topk_prob`).
     pub norm_topk_default: bool,
+    pub gating: Gating,
+    /// Biases on the attention output, the router and each expert's projections (gpt-oss).
+    pub gpt_oss_biases: bool,
+    /// One attention-sink logit per query head (gpt-oss).
+    pub sinks: bool,
+    /// The GGUF name (inside `blk.N.`) of the norm before the feed-forward (gpt-oss's converter
+    /// writes `post_attention_norm`).
+    pub gguf_ffn_norm: &'static str,
+    /// Hugging Face checkpoints of this family are not read yet (their tensors need a layout
+    /// change at load); the message says what to use instead.
+    pub hf_unsupported: Option<&'static str>,
+    /// YaRN's correction range rounded to whole dimensions when the file does not say
+    /// (`truncate`; llama.cpp always rounds, gpt-oss does not).
+    pub yarn_truncate_default: bool,
 }
 
 impl Family {
@@ -91,6 +132,12 @@ impl Family {
             "mlp.experts.{e}.down_proj.weight",
         ],
         norm_topk_default: true,
+        gating: Gating::Softmax,
+        gpt_oss_biases: false,
+        sinks: false,
+        gguf_ffn_norm: "ffn_norm.weight",
+        hf_unsupported: None,
+        yarn_truncate_default: true,
     };
 }
 
@@ -99,6 +146,7 @@ pub static FAMILIES: &[&Family] = &[
     &families::qwen2::FAMILY,
     &families::qwen3::FAMILY,
     &families::qwen3moe::FAMILY,
+    &families::gpt_oss::FAMILY,
     &families::gemma3::FAMILY,
     &families::gemma2::FAMILY,
     &families::phi3::FAMILY,

@@ -42,6 +42,10 @@ pub struct SynthSpec {
     /// wide, stored as llama.cpp does (`ffn_{gate,up,down}_exps` of all experts, an F32
     /// router `ffn_gate_inp`). Default: none (dense).
     pub experts: Option<(usize, usize)>,
+    /// Type of the experts' matrices (default: `matrix_dtype`, `down_dtype` for down).
+    pub expert_dtype: Option<DType>,
+    /// YaRN scaling written as llama.cpp's converter does: (factor, original context).
+    pub yarn: Option<(f32, usize)>,
 }
 
 impl SynthSpec {
@@ -68,6 +72,8 @@ impl SynthSpec {
             sliding_window: None,
             rope_freqs: None,
             experts: None,
+            expert_dtype: None,
+            yarn: None,
         }
     }
 
@@ -198,6 +204,17 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
         w.meta(&format!("{a}.expert_used_count"), u(used));
         w.meta(&format!("{a}.expert_feed_forward_length"), u(spec.ffn_dim));
     }
+    if let Some((factor, original)) = spec.yarn {
+        w.meta(
+            &format!("{a}.rope.scaling.type"),
+            MetaValue::String("yarn".into()),
+        );
+        w.meta(&format!("{a}.rope.scaling.factor"), MetaValue::F32(factor));
+        w.meta(
+            &format!("{a}.rope.scaling.original_context_length"),
+            u(original),
+        );
+    }
     if let Some(win) = spec.sliding_window {
         w.meta(&format!("{a}.attention.sliding_window"), u(win));
     }
@@ -251,7 +268,7 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
     for i in 0..spec.n_layers {
         let n = |s: &str| format!("blk.{i}.{s}");
         norm(p, &n("attn_norm.weight"), d);
-        norm(p, &n("ffn_norm.weight"), d);
+        norm(p, &n(fam.gguf_ffn_norm), d);
         if fam.post_norms {
             norm(p, &n("post_attention_norm.weight"), d);
             norm(p, &n("post_ffw_norm.weight"), d);
@@ -269,11 +286,27 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
             tensor(p, &n("attn_v.weight"), &[d, kv], spec.matrix_dtype);
         }
         tensor(p, &n("attn_output.weight"), &[q, d], spec.matrix_dtype);
+        if fam.gpt_oss_biases {
+            tensor(p, &n("attn_output.bias"), &[d], DType::F32);
+        }
+        if fam.sinks {
+            tensor(p, &n("attn_sinks.weight"), &[spec.n_heads], DType::F32);
+        }
         if let Some((e, _)) = spec.experts {
+            let (gate_t, down_t) = match spec.expert_dtype {
+                Some(t) => (t, t),
+                None => (spec.matrix_dtype, spec.down_dtype),
+            };
             tensor(p, &n("ffn_gate_inp.weight"), &[d, e], DType::F32);
-            tensor(p, &n("ffn_gate_exps.weight"), &[d, f, e], spec.matrix_dtype);
-            tensor(p, &n("ffn_up_exps.weight"), &[d, f, e], spec.matrix_dtype);
-            tensor(p, &n("ffn_down_exps.weight"), &[f, d, e], spec.down_dtype);
+            tensor(p, &n("ffn_gate_exps.weight"), &[d, f, e], gate_t);
+            tensor(p, &n("ffn_up_exps.weight"), &[d, f, e], gate_t);
+            tensor(p, &n("ffn_down_exps.weight"), &[f, d, e], down_t);
+            if fam.gpt_oss_biases {
+                tensor(p, &n("ffn_gate_inp.bias"), &[e], DType::F32);
+                tensor(p, &n("ffn_gate_exps.bias"), &[f, e], DType::F32);
+                tensor(p, &n("ffn_up_exps.bias"), &[f, e], DType::F32);
+                tensor(p, &n("ffn_down_exps.bias"), &[d, e], DType::F32);
+            }
         } else if fam.fused {
             tensor(p, &n("ffn_up.weight"), &[d, 2 * f], spec.matrix_dtype);
         } else {

@@ -6,12 +6,11 @@ use crate::error::{ModelError, Result};
 use crate::experts::moe_ffn;
 use crate::model::{Model, Row};
 use crate::plan::{walk, LayerOps, LayerPlan, Plan};
-use crate::registry::Mlp;
 use crate::weights::{with_panel, Ffn, Panels, FFN_PANELS};
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
 use tf_kernels::kv::KvCache;
 use tf_kernels::matmul::{matmul, matmul_cols, Activations};
-use tf_kernels::ops::{geglu, rms_norm, rms_norm_heads, swiglu};
+use tf_kernels::ops::{rms_norm, rms_norm_heads};
 use tf_kernels::ThreadPool;
 
 fn norm_rows(model: &Model, x: &[f32], w: &[f32], out: &mut [f32]) {
@@ -147,8 +146,10 @@ impl LayerOps for CpuPass<'_> {
 
     fn attention(&mut self, layer: usize, lp: &LayerPlan) -> Result<()> {
         let cfg = &self.model.config;
+        let lw = &self.model.weights.layers[layer];
         let shape = AttnShape {
             softcap: lp.attn_softcap,
+            sinks: lw.sinks.as_deref(),
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
             head_dim: cfg.head_dim,
@@ -182,6 +183,7 @@ impl LayerOps for CpuPass<'_> {
         let ax = Activations::new(model.level, &self.att, self.rows.len(), cfg.q_dim());
         let wo = with_panel(&lw.wo, self.panels.layers[layer].get(3));
         matmul(self.pool, &wo, &ax, &mut self.o);
+        add_bias(&mut self.o, &lw.bo);
         self.add_residual(&lw.post_attn_norm);
         norm_rows(model, &self.x, &lw.ffn_norm, &mut self.h);
         Ok(())
@@ -201,10 +203,7 @@ impl LayerOps for CpuPass<'_> {
                 let hx = Activations::new(level, &self.h, m, cfg.d_model);
                 matmul(pool, &with_panel(&w.gate, pk.first()), &hx, &mut self.gate);
                 matmul(pool, &with_panel(&w.up, pk.get(1)), &hx, &mut self.up);
-                match lp.mlp {
-                    Mlp::SwiGlu => swiglu(level, &self.gate, &self.up, &mut self.act),
-                    Mlp::GeGlu => geglu(level, &self.gate, &self.up, &mut self.act),
-                }
+                lp.mlp.apply(level, &self.gate, &self.up, &mut self.act);
                 let fx = Activations::new(level, &self.act, m, cfg.ffn_dim);
                 matmul(pool, &with_panel(&w.down, pk.get(2)), &fx, &mut self.o);
             }

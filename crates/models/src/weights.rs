@@ -68,6 +68,10 @@ pub struct LayerWeights<'a> {
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
+    /// Bias of the attention output projection (gpt-oss).
+    pub bo: Option<Vec<f32>>,
+    /// One attention-sink logit per query head (gpt-oss).
+    pub sinks: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
@@ -93,7 +97,17 @@ pub struct Mlp<'a> {
 pub struct Experts<'a> {
     /// `d_model` x `experts`: each expert's score for a row.
     pub router: WeightMatrix<'a>,
+    /// Added to the router's scores (gpt-oss).
+    pub router_bias: Option<Vec<f32>>,
     pub experts: Vec<Mlp<'a>>,
+    pub biases: Option<ExpertBiases>,
+}
+
+/// Each expert's biases, back to back (gpt-oss): gate and up `expert_ffn` each, down `d_model`.
+pub struct ExpertBiases {
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 pub struct Weights<'a> {
@@ -198,6 +212,17 @@ impl<'a> Binder<'a> {
             Naming::Hf => format!("model.layers.{layer}.{}", fam.hf_experts[0]),
         };
         let router = self.matrix(&router, d, e)?;
+        // Biases exist only in GGUF form here (HF gpt-oss checkpoints are refused earlier).
+        let gguf = |what: &str| format!("blk.{layer}.{what}");
+        let router_bias = self.opt_vector(&gguf("ffn_gate_inp.bias"), e, moe.biases)?;
+        let biases = match moe.biases {
+            false => None,
+            true => Some(ExpertBiases {
+                gate: self.view(&gguf("ffn_gate_exps.bias"), &[f, e])?.to_f32()?,
+                up: self.view(&gguf("ffn_up_exps.bias"), &[f, e])?.to_f32()?,
+                down: self.view(&gguf("ffn_down_exps.bias"), &[d, e])?.to_f32()?,
+            }),
+        };
         let stacked = format!("blk.{layer}.ffn_gate_exps.weight");
         if naming == Naming::Gguf && self.src.tensor(&stacked).is_some() {
             let kind = |what: &str, k: usize, n: usize| -> Result<Vec<WeightMatrix<'a>>> {
@@ -223,7 +248,12 @@ impl<'a> Binder<'a> {
                 .zip(down)
                 .map(|((gate, up), down)| Mlp { gate, up, down })
                 .collect();
-            return Ok(Experts { router, experts });
+            return Ok(Experts {
+                router,
+                router_bias,
+                experts,
+                biases,
+            });
         }
         let name = |which: usize, x: usize| match naming {
             Naming::Gguf => format!(
@@ -244,7 +274,12 @@ impl<'a> Binder<'a> {
                 })
             })
             .collect::<Result<_>>()?;
-        Ok(Experts { router, experts })
+        Ok(Experts {
+            router,
+            router_bias,
+            experts,
+            biases,
+        })
     }
 
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
@@ -314,9 +349,11 @@ pub fn bind<'a>(
             bq: b.opt_vector(&n("attn_q.bias"), q, fam.qkv_bias)?,
             bk: b.opt_vector(&n("attn_k.bias"), kv, fam.qkv_bias)?,
             bv: b.opt_vector(&n("attn_v.bias"), kv, fam.qkv_bias)?,
+            bo: b.opt_vector(&n("attn_output.bias"), d, fam.gpt_oss_biases)?,
+            sinks: b.opt_vector(&n("attn_sinks.weight"), cfg.n_heads, fam.sinks)?,
             q_norm: b.opt_norm(&n("attn_q_norm.weight"), cfg.head_dim, fam.qk_norm, off)?,
             k_norm: b.opt_norm(&n("attn_k_norm.weight"), cfg.head_dim, fam.qk_norm, off)?,
-            ffn_norm: b.norm(&n("ffn_norm.weight"), d, off)?,
+            ffn_norm: b.norm(&n(fam.gguf_ffn_norm), d, off)?,
             post_attn_norm: b.opt_norm(&n("post_attention_norm.weight"), d, post, off)?,
             post_ffn_norm: b.opt_norm(&n("post_ffw_norm.weight"), d, post, off)?,
             ffn,

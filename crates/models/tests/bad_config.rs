@@ -53,9 +53,22 @@ fn garbage_metadata_is_refused_by_name() {
     let scaling = load_with(
         "llama",
         "rope.scaling.type",
+        MetaValue::String("longrope".into()),
+    );
+    assert!(
+        scaling.contains("rope.scaling.type 'longrope'"),
+        "{scaling}"
+    );
+    // YaRN needs the context it was trained at.
+    let yarn = load_with(
+        "llama",
+        "rope.scaling.type",
         MetaValue::String("yarn".into()),
     );
-    assert!(scaling.contains("rope.scaling.type 'yarn'"), "{scaling}");
+    assert!(
+        yarn.contains("rope.scaling.original_context_length"),
+        "{yarn}"
+    );
 }
 
 /// A window of 0 keys means none (as llama.cpp reads it), not a model that sees nothing.

@@ -62,6 +62,16 @@ fn moe_like(arch: &'static str, dtype: DType, experts: usize, used: usize) -> Sy
     spec
 }
 
+/// A tiny gpt-oss: MXFP4 experts with biases, attention sinks, alternating sliding-window
+/// (21 keys) and full layers, YaRN.
+fn gpt_oss_like() -> SynthSpec {
+    let mut spec = moe_like("gpt-oss", DType::Q8_0, 4, 2);
+    spec.expert_dtype = Some(DType::MXFP4);
+    spec.sliding_window = Some(21);
+    spec.yarn = Some((32.0, 16));
+    spec
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
@@ -81,6 +91,7 @@ fn chunking_and_threads_do_not_change_a_bit() {
     let moe = [
         moe_like("qwen3moe", DType::Q4K, 8, 3),
         moe_like("llama", DType::Q8_0, 4, 2),
+        gpt_oss_like(),
     ];
     for spec in dense.into_iter().chain(moe) {
         let (arch, dtype) = (spec.arch, spec.matrix_dtype);
@@ -142,6 +153,7 @@ fn rows_of_other_sequences_do_not_change_a_bit() {
     for spec in [
         SynthSpec::tiny("qwen2", DType::Q4K),
         moe_like("qwen3moe", DType::Q4K, 8, 2),
+        gpt_oss_like(),
     ] {
         rows_of_other_sequences_keep_their_bits(&spec);
     }

@@ -11,6 +11,10 @@
 //! by absolute position), starting at the chunk that holds `first`, and skips the keys before
 //! `first` in that chunk, so the window changes which keys are read, never the order. (AVX-512
 //! runs such a row alone, its skipped keys as -inf scores, whose exponentials are exactly 0.)
+//!
+//! Attention sinks (gpt-oss) are one more logit per head with a value of zero: merged after the
+//! last chunk by the chunk-merge formula, so they scale a row down without touching its order.
+//! Calls with sinks or soft-capping run the portable body.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -72,10 +76,13 @@ impl RowKeys<'_> {
     }
 }
 
-pub struct AttnShape {
+pub struct AttnShape<'a> {
     /// Scores become `cap * tanh(score / cap)` (Gemma 2's attention-logit soft-capping), with
     /// [`canon::tanh`]; such calls run the portable body.
     pub softcap: Option<f32>,
+    /// One logit per query head that joins every row's softmax with a zero value (gpt-oss's
+    /// attention sinks); such calls run the portable body.
+    pub sinks: Option<&'a [f32]>,
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -104,7 +111,10 @@ pub fn attention(
         return attention_reference(pool, level, shape, q, rows, kv, out);
     }
     #[cfg(target_arch = "x86_64")]
-    if level >= SimdLevel::Avx512Vnni && avx512::supports(shape.head_dim) && shape.softcap.is_none()
+    if level >= SimdLevel::Avx512Vnni
+        && avx512::supports(shape.head_dim)
+        && shape.softcap.is_none()
+        && shape.sinks.is_none()
     {
         return attention_avx512(pool, shape, q, rows, kv, out);
     }
@@ -141,7 +151,7 @@ fn head_jobs(
         for job in range {
             let (r, h0) = (job / per_row, job % per_row * per);
             let qg = &q[r * qd + h0 * hd..r * qd + (h0 + per) * hd];
-            group_heads(level, shape, qg, h0 / group, &rows[r], &kv, &mut o);
+            group_heads(level, shape, qg, h0, group, &rows[r], &kv, &mut o);
             for (d, v) in o.iter().enumerate() {
                 // SAFETY: each job writes its own heads' slice of `out`.
                 unsafe { dst.write(r * qd + h0 * hd + d, *v) };
@@ -243,56 +253,66 @@ pub fn attention_reference(
     head_jobs(pool, level, shape, q, rows, kv, out, 1);
 }
 
+/// Query heads `h0..` (those of `q`, all of one KV head; `group` query heads per KV head).
+#[allow(clippy::too_many_arguments)]
 fn group_heads(
     level: SimdLevel,
     shape: &AttnShape,
     q: &[f32],
-    kvh: usize,
+    h0: usize,
+    group: usize,
     keys: &RowKeys,
     kv: &KvLayer,
     out: &mut [f32],
 ) {
+    let kvh = h0 / group;
     #[cfg(target_arch = "x86_64")]
     if level >= SimdLevel::Avx2 {
-        if avx2::supports(shape.head_dim) && !keys.windowed() && shape.softcap.is_none() {
+        let plain = shape.softcap.is_none() && shape.sinks.is_none();
+        if avx2::supports(shape.head_dim) && !keys.windowed() && plain {
             // SAFETY: AVX2+FMA were detected; the head size was checked.
             unsafe { avx2::heads(shape, q, kvh, keys, kv, out) };
         } else {
             // SAFETY: AVX2+FMA were detected; the body is the same portable code compiled
             // with FMA.
-            unsafe { group_fma(level, shape, q, kvh, keys, kv, out) };
+            unsafe { group_fma(level, shape, q, h0, group, keys, kv, out) };
         }
         return;
     }
-    group_body(level, shape, q, kvh, keys, kv, out)
+    group_body(level, shape, q, h0, group, keys, kv, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn group_fma(
     level: SimdLevel,
     shape: &AttnShape,
     q: &[f32],
-    kvh: usize,
+    h0: usize,
+    group: usize,
     keys: &RowKeys,
     kv: &KvLayer,
     out: &mut [f32],
 ) {
-    group_body(level, shape, q, kvh, keys, kv, out)
+    group_body(level, shape, q, h0, group, keys, kv, out)
 }
 
 /// The canonical algorithm for the query heads of one KV head (one or more): per head, the same
 /// operations in the same order whatever the group size; only key and value loads are shared.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn group_body(
     level: SimdLevel,
     shape: &AttnShape,
     q: &[f32],
-    kvh: usize,
+    h0: usize,
+    group: usize,
     keys: &RowKeys,
     kv: &KvLayer,
     out: &mut [f32],
 ) {
+    let kvh = h0 / group;
     let hd = shape.head_dim;
     let g_n = q.len() / hd;
     let mut big_m = [f32::NEG_INFINITY; MAX_GROUP];
@@ -351,6 +371,20 @@ fn group_body(
             }
         }
         first = false;
+    }
+    if let Some(sinks) = shape.sinks {
+        // The sink: one more chunk of a single score and a zero value.
+        for g in 0..g_n {
+            let s = sinks[h0 + g];
+            let nm = big_m[g].max(s);
+            let a = canon::exp(big_m[g] - nm);
+            let b = canon::exp(s - nm);
+            big_l[g] = big_l[g] * a + b;
+            for v in out[g * hd..(g + 1) * hd].iter_mut() {
+                *v *= a;
+            }
+            big_m[g] = nm;
+        }
     }
     for g in 0..g_n {
         if big_l[g] > 0.0 {

@@ -1,6 +1,7 @@
 //! One folder per model family; each defines its [`Family`](crate::Family) descriptor.
 pub mod gemma2;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod llama;
 pub mod phi3;
 pub mod qwen2;
