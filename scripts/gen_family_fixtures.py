@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Generate tiny random checkpoints of eleven decoder families, with transformers' logits as oracle.
+"""Generate tiny random checkpoints of twelve decoder families, with transformers' logits as oracle.
 
 Output: crates/models/tests/fixtures/families/<family>/ for each family in FAMILIES
 (llama3, llama, qwen2, qwen3, gemma3, gemma2, mistral, phi3, and the mixtures of experts
-qwen3moe, qwen3moe_ties, mixtral):
+qwen3moe, qwen3moe_ties, mixtral, gpt-oss):
 
 - hf/config.json + hf/model.safetensors: a tiny checkpoint with random weights (float32, norm
   weights random too), saved by Hugging Face transformers' `save_pretrained`.
@@ -21,14 +21,17 @@ qwen3moe, qwen3moe_ties, mixtral):
   their float32 logits and float64 log-probabilities (log_softmax in float64 of the float32
   logits) and the top-1/top-2 logit margin; the full float32 logit rows for the first sequence.
   It also records the versions, the config fields that matter (as transformers saw them), and:
-  * `gguf_reading` (gemma2, gemma3, mistral, phi3): the same outputs from transformers with the
-    config changed to what llama.cpp does with this GGUF, where that differs from the HF
+  * `gguf_reading` (gemma2, gemma3, mistral, phi3, gpt-oss): the same outputs from transformers
+    with the config changed to what llama.cpp does with this GGUF, where that differs from the HF
     checkpoint: Gemma GGUFs carry no `query_pre_attn_scalar` (llama.cpp scales by head_dim^-1/2
     below 27B); the Mistral GGUF carries no sliding window (llama arch: full attention);
     llama.cpp ignores the Phi-3 GGUF's `phi3.attention.sliding_window` ("Phi SWA is currently
-    disabled"). The script asserts these facts on the converted files.
+    disabled"); the gpt-oss GGUF has no YaRN `truncate` flag and llama.cpp always truncates the
+    correction range (the checkpoint says truncate: false). The script asserts these facts on the
+    converted files.
   * `sensitivity`: how far the logits move when one feature is switched off (sliding window,
-    soft-capping, rope scaling, top-k, weight renormalization, ...), to show the fixture can
+    soft-capping, rope scaling, top-k, weight renormalization, ...; for gpt-oss also parameters
+    replaced in the state: sinks -inf, router bias 0, expert biases 0), to show the fixture can
     tell the feature is implemented.
   * `moe` (mixtures of experts only): the routing as transformers computes it (text), the tie
     rule of the outputs, `max_abs_logit`; `routing_stats` over every routing decision (position
@@ -41,7 +44,10 @@ qwen3moe, qwen3moe_ties, mixtral):
     `hf_tensors` (every safetensors name, shape, dtype); `gguf` (metadata without the vocabulary,
     and every tensor's shape as GGUF lists it, ne0 first, and type); the router logits of the
     first sequence; `routes`: per sequence, layer and position the chosen ids (in top-k order)
-    and their weights.
+    and their weights. For gpt-oss the router logits include the router bias, `gguf_checks`
+    compares the MXFP4 experts (below), and `gguf_reading` carries its own routing_stats (its
+    boundary gap asserted >= 5e-3 too).
+  * `gpt_oss` (gpt-oss only): see below.
 
 Shapes: hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab 256, 4 layers,
 max_position_embeddings 256; Gemma 3 has 6 layers, so that llama.cpp's implied pattern (every 6th
@@ -68,6 +74,32 @@ and ...block_sparse_moe.experts.E.{w1,w3,w2}.weight), which transformers 5's sav
 writes from its fused in-memory experts (the script asserts the layout); the oracle runs the
 experts' eager loop (experts_implementation "eager").
 
+gpt-oss (GptOssForCausalLM, GGUF arch gpt-oss), 3 layers (sliding, full, sliding: layer_types
+alternate from sliding as in the real model; 4 layers would take the fixture past 2.5 MB),
+sliding_window 8, 8 experts top-2, intermediate_size 64, attention biases, one learned sink logit
+per head (std 1), router bias, gate_up / down expert biases, swiglu_alpha 1.702, swiglu_limit 7
+(expert matrices drawn with std 0.3 / 0.15 so that the clamp bites: counted in
+gpt_oss.swiglu.clamp_counts), YaRN as openai/gpt-oss-20b (factor 32, beta_fast 32, beta_slow 1,
+truncate false, theta 150000) but original_max_position_embeddings 32 (max_position_embeddings
+1024 = 32 x 32), so that the correction range [0, 1.09] (truncated [0, 2]) falls inside head_dim
+16's eight rotary pairs. Routing: top-k of the router logits + bias, softmax over the k chosen.
+MXFP4 experts: the drawn expert matrices are quantized to MXFP4 (blocks of 32 along the input,
+E8M0 scale = 127 + floor(log2 max|x|) - 2, nearest E2M1 value) and the dequantized values (exact
+in float32) are the model's weights, so hf/ (float32, transformers' fused layout as save_pretrained
+writes it: mlp.experts.gate_up_proj [E, hidden, 2*inter] with gate/up interleaved along the last
+axis, down_proj [E, inter, hidden], their biases, mlp.router.{weight,bias}, self_attn.sinks) and
+the MXFP4 GGUF hold the same values. The converter reads a staging checkpoint in the hub's packed
+layout (mlp.experts.{gate_up,down}_proj_{blocks,scales}, rope_scaling, quantization_config
+{quant_method: mxfp4}), as openai/gpt-oss-20b ships; its GGUF carries ffn_{gate,up,down}_exps as
+MXFP4 (type 39), everything else F32. Asserted: transformers itself (Mxfp4Config(dequantize=True))
+reads the staging checkpoint to exactly hf/'s weights; gguf-py's MXFP4 dequantize of the GGUF's
+expert tensors equals hf/'s gate (even columns of gate_up_proj), up (odd) and down matrices; the
+raw GGUF blocks equal our own ggml packing (scale byte, then byte j = element j | element j+16 << 4).
+logits.json's `gpt_oss` section records the SwiGLU and router code of the installed transformers,
+the clamp counts, the sink rule, the YaRN inverse frequencies (truncate false / true) and
+attention factor, the E2M1 table, both MXFP4 byte layouts and the staging checkpoint's config and
+tensors.
+
 Run (deterministic: a rerun rewrites identical files):
 
     python3 -m venv /tmp/oracle-venv
@@ -78,6 +110,8 @@ Run (deterministic: a rerun rewrites identical files):
     scripts/build-llama-cpp
     /tmp/oracle-venv/bin/python scripts/gen_family_fixtures.py \\
         --llama-cpp target/llama.cpp/src/llama.cpp [--only gemma3,phi3]
+
+(gpt-oss needs nothing more: the MXFP4 packing is the script's own, numpy.)
 
 Generated with torch 2.15.0, transformers 5.25.0, llama-cpp-python 0.3.36 (see logits.json).
 """
@@ -136,6 +170,22 @@ QWEN3MOE = dict(
     tie_word_embeddings=False,
     attention_bias=False,
 )
+
+# gpt-oss's rope: YaRN as openai/gpt-oss-20b has it (factor 32, beta_fast 32, beta_slow 1,
+# truncate false, theta 150000), with original_max_position_embeddings 32 instead of 4096 so that,
+# at head_dim 16, the correction range is [0, 1.09] (truncated: [0, 2]): rotary pair 0 keeps its
+# frequency, pair 1 (wavelength 28 positions) is a mix that truncation changes, pairs 2-7 are
+# divided by 32; the cos/sin carry YaRN's attention factor 1 + 0.1 ln 32.
+GPT_OSS_YARN = dict(
+    rope_type="yarn",
+    rope_theta=150000.0,
+    factor=32.0,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    truncate=False,
+    original_max_position_embeddings=32,
+)
+GPT_OSS_SEED = 125
 
 # name -> (transformers class, seed, config kwargs, init stds, GGUF-reading overrides, ablations)
 # init: "w" = std of every matrix, "emb" = std of the embedding (and tied head), "norm" = std of
@@ -347,6 +397,59 @@ FAMILIES: dict[str, dict] = {
         ),
         ablations={"top_k_1": dict(num_experts_per_tok=1), "top_k_3": dict(num_experts_per_tok=3)},
     ),
+    # gpt-oss (issue 49): the real model's features at toy size. MXFP4 experts: the drawn expert
+    # matrices are quantized to MXFP4 and the dequantized values (exact in float32) are the model's
+    # weights; the converter gets them in the hub's packed layout (see make_gpt_oss_hub).
+    # init: "experts"/"experts_down" = std of gate_up_proj / down_proj before quantization (large
+    # enough that the SwiGLU clamp at swiglu_limit bites at some positions), "expert_bias" = std of
+    # gate_up_proj_bias / down_proj_bias, "router_bias" = std of the router bias, "sinks" = std of
+    # the attention sinks.
+    "gpt-oss": dict(
+        cls="GptOssForCausalLM",
+        seed=GPT_OSS_SEED,
+        config=dict(
+            num_hidden_layers=3,  # sliding, full, sliding (4 would take the fixture past 2.5 MB)
+            intermediate_size=64,  # each expert's FFN width (MXFP4: a multiple of 32)
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            rope_parameters=GPT_OSS_YARN,
+            max_position_embeddings=1024,  # = factor * original_max_position_embeddings, as the real model
+            attention_bias=True,
+            swiglu_alpha=1.702,
+            swiglu_limit=7.0,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+        ),
+        init=dict(w=0.1, emb=0.3, norm=0.3, bias=0.3, router=0.5, router_bias=0.5, sinks=1.0,
+                  experts=0.3, experts_down=0.15, expert_bias=0.3),
+        gguf_reading=dict(
+            overrides=dict(rope_parameters={**GPT_OSS_YARN, "truncate": True}),
+            why="the GGUF carries no YaRN truncate flag and llama.cpp always truncates the YaRN "
+            "correction range (ggml_rope_yarn_corr_dims: floor of the beta_fast dimension, ceil of "
+            "the beta_slow one), where the checkpoint says truncate: false as gpt-oss does; so the "
+            "GGUF model's rotary frequencies are those of truncate: true",
+        ),
+        moe=dict(
+            router_hf="model.layers.{L}.mlp.router.weight",
+            hub_config_renames={},
+            gpt_oss=True,
+        ),
+        ablations={
+            "no_yarn": dict(rope_parameters=dict(rope_type="default", rope_theta=150000.0)),
+            "yarn_truncate": dict(rope_parameters={**GPT_OSS_YARN, "truncate": True}),
+            "no_sliding_window": dict(layer_types=["full_attention"] * 3),
+            "no_swiglu_limit": dict(swiglu_limit=1e30),
+            "top_k_1": dict(num_experts_per_tok=1),
+        },
+        # parameters replaced in the oracle's state (suffix of the name -> value)
+        state_ablations={
+            "no_sinks": {"self_attn.sinks": "-inf"},
+            "no_router_bias": {"mlp.router.bias": 0.0},
+            "no_expert_biases": {"mlp.experts.gate_up_proj_bias": 0.0, "mlp.experts.down_proj_bias": 0.0},
+        },
+    ),
 }
 
 # Config fields recorded in logits.json (those present in the family's config).
@@ -363,7 +466,7 @@ CONFIG_FIELDS = (
 MOE_CONFIG_FIELDS = (
     "num_experts num_local_experts num_experts_per_tok norm_topk_prob moe_intermediate_size "
     "decoder_sparse_step mlp_only_layers shared_expert_intermediate_size router_aux_loss_coef "
-    "output_router_logits router_jitter_noise"
+    "output_router_logits router_jitter_noise swiglu_alpha swiglu_limit"
 ).split()
 
 
@@ -394,13 +497,24 @@ def init_weights(model: torch.nn.Module, fam: dict, gemma: bool) -> None:
         for name in sorted(params):
             p = params[name]
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-            if p.ndim == 1 and "norm" in name:
+            # gpt-oss's own parameters (no other family's init names these stds)
+            if "sinks" in init and name.endswith(".self_attn.sinks"):
+                p.copy_(noise * init["sinks"])
+            elif "router_bias" in init and name.endswith(".mlp.router.bias"):
+                p.copy_(noise * init["router_bias"])
+            elif "expert_bias" in init and name.endswith(("experts.gate_up_proj_bias", "experts.down_proj_bias")):
+                p.copy_(noise * init["expert_bias"])
+            elif "experts" in init and name.endswith("experts.gate_up_proj"):
+                p.copy_(noise * init["experts"])
+            elif "experts_down" in init and name.endswith("experts.down_proj"):
+                p.copy_(noise * init["experts_down"])
+            elif p.ndim == 1 and "norm" in name:
                 p.copy_(noise * init["norm"] + (0.0 if gemma else 1.0))
             elif p.ndim == 1:
                 p.copy_(noise * init["bias"])
             elif "embed_tokens" in name or "lm_head" in name:
                 p.copy_(noise * init["emb"])
-            elif "router" in init and name.endswith(".mlp.gate.weight"):
+            elif "router" in init and name.endswith((".mlp.gate.weight", ".mlp.router.weight")):
                 p.copy_(noise * init["router"])
             else:
                 p.copy_(noise * init["w"])
@@ -457,9 +571,17 @@ def config_fields(config, moe: bool = False) -> dict:
     return {k: d[k] for k in fields if k in d}
 
 
-def variant_logits(cls, fam, overrides, state, seqs):
+def variant_logits(cls, fam, overrides, state, seqs, state_overrides=None):
     _, cfg = build_config(fam, overrides)
     m = cls(cfg).eval()
+    if state_overrides:
+        # replace every parameter whose name ends with a key by the value ("-inf" for -infinity)
+        state = dict(state)
+        for suffix, v in state_overrides.items():
+            hit = [k for k in state if k.endswith(suffix)]
+            assert len(hit) == cfg.num_hidden_layers, (suffix, hit)
+            for k in hit:
+                state[k] = torch.full_like(state[k], float(v))
     missing, unexpected = m.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
     assert all("lm_head" in k for k in missing), missing  # tied heads
@@ -486,8 +608,8 @@ def margin_stats(logits: list[np.ndarray]) -> dict:
 
 
 def routers(model) -> list:
-    """Each layer's router (Qwen3MoeTopKRouter / MixtralTopKRouter), in layer order."""
-    out = [m for n, m in model.named_modules() if n.endswith(".mlp.gate")]
+    """Each layer's router (Qwen3MoeTopKRouter / MixtralTopKRouter / GptOssTopKRouter), in layer order."""
+    out = [m for n, m in model.named_modules() if n.endswith((".mlp.gate", ".mlp.router"))]
     assert len(out) == model.config.num_hidden_layers, len(out)
     return out
 
@@ -664,6 +786,339 @@ def hub_config(hf_dir: Path, renames: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# gpt-oss: MXFP4 experts, the hub's packed checkpoint, the clamped SwiGLU
+# ---------------------------------------------------------------------------------------------
+
+# E2M1 (FP4) value of each 4-bit code: bit 3 the sign, bits 0-2 the magnitude (OCP MX v1.0; the
+# FP4_VALUES table of transformers' integrations/mxfp4.py; ggml's kvalues_mxfp4 are these values
+# doubled, with the scale halved to match).
+E2M1 = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32
+)
+MXFP4_BLOCK = 32
+
+# openai/gpt-oss-20b's quantization_config (config.json)
+GPT_OSS_HUB_QUANT = {
+    "modules_to_not_convert": [
+        "model.layers.*.self_attn",
+        "model.layers.*.mlp.router",
+        "model.embed_tokens",
+        "lm_head",
+    ],
+    "quant_method": "mxfp4",
+}
+
+
+def mxfp4_quantize(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize w [..., cols] in blocks of 32 consecutive values along the last axis. Returns the
+    codes (uint8 [..., cols/32, 32], one E2M1 code each) and the scales (uint8 [..., cols/32], E8M0:
+    the block's values are E2M1[code] * 2^(scale - 127)). The scale is 127 + floor(log2 max|x|) - 2
+    (OCP MX: the block maximum lands in [4, 8) scale units); each value becomes the nearest E2M1
+    magnitude (ties to the smaller; 6 and above saturate to 6) with the sign bit for negative values
+    (zero is code 0, never -0)."""
+    *pre, cols = w.shape
+    assert cols % MXFP4_BLOCK == 0
+    b = np.ascontiguousarray(w, dtype=np.float32).reshape(*pre, cols // MXFP4_BLOCK, MXFP4_BLOCK)
+    amax = np.abs(b).max(axis=-1)
+    assert (amax > 0).all()
+    _, ex = np.frexp(amax)  # amax = m * 2^ex with m in [0.5, 1): floor(log2 amax) = ex - 1
+    scales = ex.astype(np.int32) - 1 - 2 + 127
+    assert ((scales >= 1) & (scales <= 254)).all()
+    a = np.abs(b) / np.ldexp(np.float32(1.0), scales - 127)[..., None]  # exact: a power of two
+    mag = np.abs(E2M1[:8][None, :] - a.reshape(-1, 1)).argmin(axis=-1).reshape(a.shape)
+    codes = mag | np.where((b < 0) & (mag > 0), 8, 0)
+    return np.ascontiguousarray(codes, dtype=np.uint8), np.ascontiguousarray(scales, dtype=np.uint8)
+
+
+def mxfp4_dequantize(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """codes [..., G, 32], scales [..., G] -> float32 [..., G * 32], exactly."""
+    v = np.ldexp(E2M1[codes], (scales.astype(np.int32) - 127)[..., None])
+    assert v.dtype == np.float32
+    return v.reshape(*codes.shape[:-2], -1)
+
+
+def mxfp4_pack_hub(codes: np.ndarray) -> np.ndarray:
+    """The hub's *_blocks bytes: [..., G, 32] codes -> [..., G, 16], byte i = element 2i in the low
+    nibble, element 2i + 1 in the high nibble (what transformers' convert_moe_packed_tensors reads)."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
+def mxfp4_pack_ggml(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """ggml's block_mxfp4: [..., G, 32] codes + [..., G] scales -> [..., G, 17]: the E8M0 scale
+    byte, then 16 bytes, byte j = element j in the low nibble, element j + 16 in the high nibble."""
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    return np.concatenate([scales[..., None], qs], axis=-1).astype(np.uint8)
+
+
+def quantize_experts(model) -> list[dict]:
+    """Replace every expert matrix by its MXFP4 quantization, dequantized (exact in float32).
+    Returns per layer {proj: (codes, scales)} in the hub's orientation: transformers holds
+    gate_up_proj [E, hidden, 2*inter] and down_proj [E, inter, hidden] (input first); the hub's
+    blocks are rows of output features ([E, 2*inter, hidden/32, ...], [E, hidden, inter/32, ...]),
+    each row in blocks of 32 along the input."""
+    out = []
+    with torch.no_grad():
+        for layer in model.model.layers:
+            experts = layer.mlp.experts
+            rec = {}
+            for proj in ("gate_up_proj", "down_proj"):
+                p = getattr(experts, proj)
+                rows = p.detach().numpy().transpose(0, 2, 1)  # [E, out, in]
+                codes, scales = mxfp4_quantize(rows)
+                deq = mxfp4_dequantize(codes, scales)
+                p.copy_(torch.from_numpy(np.ascontiguousarray(deq.transpose(0, 2, 1))))
+                rec[proj] = (codes, scales)
+            out.append(rec)
+    return out
+
+
+def write_gpt_oss_hub(hf_dir: Path, mx: list[dict], dst: Path) -> dict:
+    """The checkpoint as openai/gpt-oss-20b stores it, for llama.cpp's converter: each layer's
+    mlp.experts.{gate_up,down}_proj_{blocks,scales} (uint8) in place of the float expert matrices,
+    every other tensor as hf/ has it (float32 here, bfloat16 on the hub); config.json with
+    rope_theta + rope_scaling (the hub's spelling) and the hub's quantization_config. Returns the
+    config and the tensor table (name -> shape, dtype)."""
+    from safetensors.numpy import load_file, save_file
+
+    st = load_file(str(hf_dir / "model.safetensors"))
+    out = {}
+    for name, v in st.items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            layer, proj = int(name.split(".")[2]), name.rsplit(".", 1)[1]
+            codes, scales = mx[layer][proj]
+            assert not (codes == 8).any()  # no -0
+            out[name + "_blocks"] = np.ascontiguousarray(mxfp4_pack_hub(codes))
+            out[name + "_scales"] = np.ascontiguousarray(scales)
+        else:
+            out[name] = v
+    save_file(out, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    rope = dict(cfg.pop("rope_parameters"))
+    cfg["rope_theta"] = rope.pop("rope_theta")
+    cfg["rope_scaling"] = rope
+    cfg["quantization_config"] = GPT_OSS_HUB_QUANT
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return dict(config=json.loads((dst / "config.json").read_text()), tensors=hf_tensor_table(dst))
+
+
+def check_gpt_oss_hf_format(table: dict, config) -> None:
+    """save_pretrained writes gpt-oss's experts as transformers holds them: fused, input first,
+    gate and up interleaved along the last axis of gate_up_proj (even = gate, odd = up)."""
+    n_exp, hid, ff, n_head = config.num_local_experts, config.hidden_size, config.intermediate_size, config.num_attention_heads
+    for layer in range(config.num_hidden_layers):
+        pre = f"model.layers.{layer}."
+        want = {
+            "mlp.router.weight": [n_exp, hid],
+            "mlp.router.bias": [n_exp],
+            "mlp.experts.gate_up_proj": [n_exp, hid, 2 * ff],
+            "mlp.experts.gate_up_proj_bias": [n_exp, 2 * ff],
+            "mlp.experts.down_proj": [n_exp, ff, hid],
+            "mlp.experts.down_proj_bias": [n_exp, hid],
+            "self_attn.sinks": [n_head],
+        }
+        for k, shape in want.items():
+            assert table[pre + k]["shape"] == shape and table[pre + k]["dtype"] == "F32", (k, table.get(pre + k))
+    assert not any(".experts.0." in n for n in table), "per-expert tensors"
+
+
+def hub_reload_check(hub_dir: Path, state: dict) -> dict:
+    """transformers' own reading of the hub-layout checkpoint (its MXFP4 dequantization,
+    integrations/mxfp4.py) against the float32 weights the oracle runs with."""
+    import transformers
+
+    m = transformers.GptOssForCausalLM.from_pretrained(
+        hub_dir,
+        dtype=torch.float32,
+        attn_implementation="eager",
+        quantization_config=transformers.Mxfp4Config(dequantize=True),
+    )
+    sd = m.state_dict()
+    experts = [k for k in state if ".mlp.experts." in k and not k.endswith("_bias")]
+    others = [k for k in state if k not in experts]
+    return dict(
+        how="GptOssForCausalLM.from_pretrained(hub checkpoint, dtype=float32, "
+        "quantization_config=Mxfp4Config(dequantize=True))",
+        expert_matrices_bitwise_equal=all(
+            sd[k].dtype == torch.float32 and torch.equal(sd[k], state[k]) for k in experts
+        ),
+        other_tensors_bitwise_equal=all(torch.equal(sd[k], state[k]) for k in others),
+        expert_matrices_compared=len(experts),
+    )
+
+
+def gpt_oss_gguf_checks(reader, hf_dir: Path, mx: list[dict], config) -> dict:
+    """The GGUF's tensors against the HF checkpoint: MXFP4 experts (gguf-py's own dequantize,
+    and the raw bytes against our own ggml packing), the split of gate_up into gate (even columns)
+    and up (odd columns), biases, router, sinks."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    st = load_file(str(hf_dir / "model.safetensors"))
+    g = {t.name: t for t in reader.tensors}
+    mxfp4 = gguf.GGMLQuantizationType.MXFP4
+    res = dict(
+        experts_type_mxfp4=True,
+        experts_dequantize_equal_hf=True,
+        experts_raw_bytes_equal_own_ggml_packing=True,
+        expert_biases_equal=True,
+        router_equal=True,
+        sinks_equal=True,
+        post_attention_norm_equal=True,
+        attn_biases_equal=True,
+    )
+
+    def arr(name):
+        return np.asarray(g[name].data)
+
+    for layer in range(config.num_hidden_layers):
+        pre = f"model.layers.{layer}."
+        gu = st[pre + "mlp.experts.gate_up_proj"]  # [E, hidden, 2*inter]
+        down = st[pre + "mlp.experts.down_proj"]  # [E, inter, hidden]
+        gu_codes, gu_scales = mx[layer]["gate_up_proj"]  # rows [E, 2*inter, ...]
+        dn_codes, dn_scales = mx[layer]["down_proj"]  # rows [E, hidden, ...]
+        parts = dict(
+            ffn_gate_exps=(gu[:, :, 0::2].transpose(0, 2, 1), gu_codes[:, 0::2], gu_scales[:, 0::2]),
+            ffn_up_exps=(gu[:, :, 1::2].transpose(0, 2, 1), gu_codes[:, 1::2], gu_scales[:, 1::2]),
+            ffn_down_exps=(down.transpose(0, 2, 1), dn_codes, dn_scales),
+        )
+        for part, (want, codes, scales) in parts.items():
+            t = g[f"blk.{layer}.{part}.weight"]
+            res["experts_type_mxfp4"] &= t.tensor_type == mxfp4
+            raw = np.asarray(t.data)
+            deq = gguf.quants.dequantize(raw, mxfp4)
+            res["experts_dequantize_equal_hf"] &= bool(
+                deq.dtype == np.float32 and deq.shape == want.shape and np.array_equal(deq, want)
+            )
+            own = mxfp4_pack_ggml(codes, scales).reshape(raw.shape)
+            res["experts_raw_bytes_equal_own_ggml_packing"] &= bool(np.array_equal(raw, own))
+        gub = st[pre + "mlp.experts.gate_up_proj_bias"]
+        for name, want in (
+            ("ffn_gate_exps.bias", gub[:, 0::2]),
+            ("ffn_up_exps.bias", gub[:, 1::2]),
+            ("ffn_down_exps.bias", st[pre + "mlp.experts.down_proj_bias"]),
+        ):
+            res["expert_biases_equal"] &= bool(np.array_equal(arr(f"blk.{layer}.{name}").reshape(want.shape), want))
+        for name, hf in (("ffn_gate_inp.weight", "mlp.router.weight"), ("ffn_gate_inp.bias", "mlp.router.bias")):
+            res["router_equal"] &= bool(np.array_equal(arr(f"blk.{layer}.{name}").reshape(st[pre + hf].shape), st[pre + hf]))
+        res["sinks_equal"] &= bool(np.array_equal(arr(f"blk.{layer}.attn_sinks.weight"), st[pre + "self_attn.sinks"]))
+        res["post_attention_norm_equal"] &= bool(
+            np.array_equal(arr(f"blk.{layer}.post_attention_norm.weight"), st[pre + "post_attention_layernorm.weight"])
+        )
+        for gname, hname in (("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("attn_output", "o_proj")):
+            res["attn_biases_equal"] &= bool(np.array_equal(arr(f"blk.{layer}.{gname}.bias"), st[pre + f"self_attn.{hname}.bias"]))
+    return res
+
+
+def swiglu_clamp_stats(model, seqs: list[list[int]]) -> dict:
+    """How often the clamps of gpt-oss's SwiGLU bite: over every (position, chosen expert, feature)
+    of every layer, gate values above swiglu_limit and up values outside [-limit, limit]."""
+    counts = dict(values=0, gate_above_limit=0, up_above_limit=0, up_below_minus_limit=0, max_gate=-np.inf, max_abs_up=0.0)
+
+    def hook(module, args, _out):
+        x, ids, _ = args
+        for e in range(module.num_experts):
+            rows = (ids == e).any(dim=-1)
+            if not rows.any():
+                continue
+            gu = x[rows] @ module.gate_up_proj[e] + module.gate_up_proj_bias[e]
+            gate, up = gu[..., 0::2], gu[..., 1::2]
+            counts["values"] += gate.numel()
+            counts["gate_above_limit"] += int((gate > module.limit).sum())
+            counts["up_above_limit"] += int((up > module.limit).sum())
+            counts["up_below_minus_limit"] += int((up < -module.limit).sum())
+            counts["max_gate"] = max(counts["max_gate"], float(gate.max()))
+            counts["max_abs_up"] = max(counts["max_abs_up"], float(up.abs().max()))
+
+    handles = [layer.mlp.experts.register_forward_hook(hook) for layer in model.model.layers]
+    try:
+        run_logits(model, seqs)
+    finally:
+        for h in handles:
+            h.remove()
+    counts["max_gate"] = f32(counts["max_gate"])
+    counts["max_abs_up"] = f32(counts["max_abs_up"])
+    return counts
+
+
+def gpt_oss_record(loaded, hub_table: dict, hub_check: dict, seqs) -> dict:
+    """What the Rust side needs to know about gpt-oss that the other families do not have."""
+    import inspect
+
+    from transformers.models.gpt_oss import modeling_gpt_oss as mg
+
+    cfg = loaded.config
+    rot = loaded.model.rotary_emb
+    variants = {}
+    for trunc in (False, True):
+        _, c = build_config(FAMILIES["gpt-oss"], dict(rope_parameters={**GPT_OSS_YARN, "truncate": trunc}))
+        r = mg.GptOssRotaryEmbedding(c)
+        inv, att = r.inv_freq, r.attention_scaling
+        variants[f"truncate_{str(trunc).lower()}"] = dict(inv_freq=[f32(x) for x in inv], attention_factor=float(att))
+    base = 1.0 / (cfg.rope_parameters["rope_theta"] ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float) / cfg.head_dim))
+    experts = loaded.model.layers[0].mlp.experts
+    return dict(
+        swiglu=dict(
+            alpha=experts.alpha,
+            limit=experts.limit,
+            formula="gate, up = gate_up[..., 0::2], gate_up[..., 1::2] (gate_up = x @ gate_up_proj[e] + "
+            "gate_up_proj_bias[e]: gate and up interleaved); gate = min(gate, limit); up = clamp(up, -limit, limit); "
+            "out = (up + 1) * gate * sigmoid(alpha * gate); expert(x) = out @ down_proj[e] + down_proj_bias[e]",
+            transformers_source=inspect.getsource(mg.GptOssExperts._apply_gate).splitlines(),
+            llama_cpp="ggml_swiglu_oai (LLM_FFN_SWIGLU_OAI_MOE, alpha 1.702 and limit 7 hard-coded): "
+            "x = min(gate, limit); y = clamp(up, -limit, limit); out = x / (1 + exp(-alpha x)) * (y + 1)",
+            gguf_keys="none: the GGUF carries neither alpha nor limit (the hub's config.json has swiglu_limit "
+            "only; transformers' MXFP4 experts hard-code alpha 1.702 too)",
+            clamp_counts=swiglu_clamp_stats(loaded, seqs),
+        ),
+        router=dict(
+            transformers_source=inspect.getsource(mg.GptOssTopKRouter.forward).splitlines(),
+            rule="router logits = x @ router.weight^T + router.bias (float32); the k largest logits by "
+            "torch.topk (descending); weights = softmax over those k logits only (float32); no "
+            "renormalization beyond that softmax",
+            llama_cpp="build_moe_ffn with ffn_gate_inp.bias added to the logits, "
+            "LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT: top-k of the biased logits, softmax over the k",
+        ),
+        attention=dict(
+            sinks="per head one learned logit: softmax over [q.k * head_dim^-1/2 + mask, sink] (max "
+            "subtracted first), the sink's probability dropped, so the weights over the keys sum to < 1",
+            transformers_source=inspect.getsource(mg.eager_attention_forward).splitlines(),
+            sliding_window=cfg.sliding_window,
+            window_rule="a sliding layer's query at position q sees keys k with q - sliding_window < k <= q "
+            "(sliding_window keys, itself included; transformers' sliding_window_overlay, llama.cpp's "
+            "LLAMA_SWA_TYPE_STANDARD masks p1 - p0 >= n_swa)",
+            layer_types=cfg.layer_types,
+            rope="NeoX halves: x[:d/2] and x[d/2:] rotated as pairs (i, i + d/2), cos/sin = "
+            "cos/sin(position * inv_freq[i]) * attention_factor for q and k alike",
+        ),
+        yarn=dict(
+            rope_parameters=cfg.rope_parameters,
+            inv_freq_unscaled=[f32(x) for x in base],
+            inv_freq=[f32(x) for x in rot.inv_freq],
+            attention_factor=float(rot.attention_scaling),
+            variants=variants,
+        ),
+        mxfp4=dict(
+            e2m1_values_by_code=[float(v) for v in E2M1],
+            value="E2M1[code] * 2^(scale - 127), scale the E8M0 byte of the block of 32",
+            quantization="per block of 32 along the input: scale = 127 + floor(log2 max|x|) - 2, each value "
+            "the nearest E2M1 magnitude (ties to the smaller, saturating at 6) with the sign bit; the "
+            "dequantized values are the model's float32 expert weights (hf/)",
+            hub_layout="gate_up_proj_blocks [E, 2*inter, hidden/32, 16] and gate_up_proj_scales [E, 2*inter, "
+            "hidden/32]: row r = output feature r of gate_up (even r gate, odd r up, interleaved as in "
+            "transformers' gate_up_proj columns); down_proj_blocks [E, hidden, inter/32, 16], down_proj_scales "
+            "[E, hidden, inter/32]; in a block's 16 bytes byte i holds element 2i in the low nibble and 2i+1 "
+            "in the high nibble; transformers' gate_up_proj[e] = dequantized rows transposed",
+            ggml_layout="block_mxfp4 (GGUF type 39), 17 bytes per 32 values: byte 0 the E8M0 scale, then "
+            "byte 1 + j (j < 16) = element j in the low nibble, element j + 16 in the high nibble; ggml "
+            "decodes kvalues_mxfp4 (E2M1 doubled) times 2^(scale - 128)",
+            hub_config=hub_table["config"],
+            hub_tensors=hub_table["tensors"],
+            transformers_reads_hub=hub_check,
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # GGUF conversion with llama.cpp's converter
 # ---------------------------------------------------------------------------------------------
 
@@ -809,6 +1264,8 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
     gemma = name.startswith("gemma")
     init_weights(model, fam, gemma)
     moe = fam.get("moe")
+    gpt_oss = bool(moe and moe.get("gpt_oss"))
+    mx = quantize_experts(model) if gpt_oss else None
     if moe and moe.get("router_ties"):
         with torch.no_grad():
             for router in routers(model):
@@ -822,7 +1279,10 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
     if moe:
         hub_config(hf_dir, moe["hub_config_renames"])
         hf_tensors = hf_tensor_table(hf_dir)
-        check_hub_format(hf_tensors, fam, model.config)
+        if gpt_oss:
+            check_gpt_oss_hf_format(hf_tensors, model.config)
+        else:
+            check_hub_format(hf_tensors, fam, model.config)
         extra = dict(experts_implementation="eager")
 
     # The oracle runs on the checkpoint as saved: reload it and check it matches the in-memory one.
@@ -846,10 +1306,22 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
     state = {k: v.clone() for k, v in loaded.state_dict().items()}
 
     gguf_path = out / "model.gguf"
-    convert_to_gguf(hf_dir, name, gguf_path)
+    if gpt_oss:
+        # the converter reads gpt-oss in the hub's MXFP4 layout (as openai/gpt-oss-20b ships)
+        with tempfile.TemporaryDirectory() as tmp:
+            hub_dir = Path(tmp)
+            hub_table = write_gpt_oss_hub(hf_dir, mx, hub_dir)
+            hub_check = hub_reload_check(hub_dir, state)
+            assert hub_check["expert_matrices_bitwise_equal"] and hub_check["other_tensors_bitwise_equal"], hub_check
+            convert_to_gguf(hub_dir, name, gguf_path)
+    else:
+        convert_to_gguf(hf_dir, name, gguf_path)
     summary = gguf_summary(gguf_path)
     check_gguf_facts(name, summary, loaded.config)
     checks = compare_tensors(name, summary["reader"], hf_dir, loaded.config, fam)
+    if gpt_oss:
+        checks.update(gpt_oss_gguf_checks(summary["reader"], hf_dir, mx, loaded.config))
+        assert all(v for k, v in checks.items() if k.endswith(("_equal", "_mxfp4", "_packing", "equal_hf"))), checks
 
     doc = dict(
         family=name,
@@ -876,6 +1348,18 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
             stats=margin_stats(alt),
             outputs=summarize(alt, full_first=True),
         )
+        if moe:
+            # the GGUF reading's routing must be as clear-cut as the primary one
+            m_alt = cls(alt_cfg).eval()
+            m_alt.load_state_dict(state)
+            alt2, alt_routes = run_logits_routed(m_alt, seqs)
+            assert all(np.array_equal(a, b) for a, b in zip(alt, alt2))
+            alt_stats = routing_stats(alt_routes, alt_cfg.num_experts_per_tok)
+            assert alt_stats["min_nonzero_boundary_gap"] >= 5e-3, alt_stats["min_nonzero_boundary_gap"]
+            doc["gguf_reading"]["routing_stats"] = {k: v for k, v in alt_stats.items() if k != "per_layer"}
+            doc["gguf_reading"]["top1_changed_positions_vs_primary"] = sum(
+                int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in zip(alt, logits)
+            )
     sens = {}
     for label, ov in fam.get("ablations", {}).items():
         with tie_context(fam):
@@ -888,10 +1372,23 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
             max_abs_logit_diff_per_sequence=[f32(d) for d in diffs],
             top1_changed_positions=flips,
         )
+    for label, so in fam.get("state_ablations", {}).items():
+        with tie_context(fam):
+            alt, _ = variant_logits(cls, fam, {}, state, seqs, state_overrides=so)
+        diffs = [np.abs(a - b).max() for a, b in zip(alt, logits)]
+        flips = sum(int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in zip(alt, logits))
+        sens[label] = dict(
+            state_overrides={f"model.layers.*.{k}": v for k, v in so.items()},
+            max_abs_logit_diff=f32(max(diffs)),
+            max_abs_logit_diff_per_sequence=[f32(d) for d in diffs],
+            top1_changed_positions=flips,
+        )
     if sens:
         doc["sensitivity"] = sens
     if moe:
         doc["moe"] = moe_record(fam, loaded, seqs, logits, routes, hf_tensors, summary, checks)
+    if gpt_oss:
+        doc["gpt_oss"] = gpt_oss_record(loaded, hub_table, hub_check, seqs)
     write_json(out / "logits.json", doc)
 
     report[name] = dict(
@@ -912,6 +1409,11 @@ ROUTING = {
     "MixtralForCausalLM": "router logits = x @ block_sparse_moe.gate.weight^T (float32); p = softmax(router "
     "logits) over all experts (float32); the k largest p by torch.topk; the chosen p are always divided "
     "by their sum (float32); mlp(x) = sum over the chosen e of w_e * w2_e(silu(w1_e x) * w3_e x)",
+    "GptOssForCausalLM": "router logits = x @ mlp.router.weight^T + mlp.router.bias (float32, x = the "
+    "post-attention RMSNorm output); the k largest router logits by torch.topk (no softmax over all "
+    "experts first); w = softmax over the k chosen logits (float32); mlp(x) = sum over the chosen e of "
+    "w_e * (down_proj[e]^T swiglu(gate_up_proj[e]^T x + gate_up_proj_bias[e]) + down_proj_bias[e]) "
+    "(the down bias is weighted too; swiglu: see gpt_oss.swiglu)",
 }
 
 COMBINE = (
@@ -971,8 +1473,16 @@ def moe_record(fam, loaded, seqs, logits, routes, hf_tensors, summary, checks) -
         routing=ROUTING[fam["cls"]],
         combine=COMBINE,
         tie_rule=rule or "torch.topk",
-        hf_expert_format="per-expert tensors, the hub's layout (save_pretrained converts transformers 5's "
-        "fused in-memory experts.gate_up_proj [E, 2F, H] / experts.down_proj [E, H, F] back)",
+        hf_expert_format=(
+            "fused, as transformers holds them in memory (save_pretrained writes them unchanged): "
+            "mlp.experts.gate_up_proj [E, hidden, 2*inter] (input first; gate = columns 0::2, up = "
+            "columns 1::2, interleaved), gate_up_proj_bias [E, 2*inter] (interleaved alike), "
+            "down_proj [E, inter, hidden] (input first), down_proj_bias [E, hidden]; float32, the "
+            "MXFP4 values dequantized (the hub's packed layout: gpt_oss.mxfp4)"
+            if fam["moe"].get("gpt_oss")
+            else "per-expert tensors, the hub's layout (save_pretrained converts transformers 5's "
+            "fused in-memory experts.gate_up_proj [E, 2F, H] / experts.down_proj [E, H, F] back)"
+        ),
         hf_config_renames=fam["moe"]["hub_config_renames"],
         router_ties=[list(t) for t in fam["moe"].get("router_ties", [])],
         tie_break_fact=fact,
@@ -1013,6 +1523,20 @@ def check_gguf_facts(name: str, summary: dict, config) -> None:
         assert config.norm_topk_prob
     if name == "mixtral":
         assert arch == "llama", arch
+    if name == "gpt-oss":
+        assert arch == "gpt-oss", arch
+        assert meta["gpt-oss.expert_feed_forward_length"] == config.intermediate_size
+        assert meta["gpt-oss.attention.sliding_window"] == config.sliding_window
+        assert meta["gpt-oss.rope.scaling.type"] == "yarn"
+        assert meta["gpt-oss.rope.scaling.factor"] == config.rope_parameters["factor"]
+        assert meta["gpt-oss.rope.scaling.original_context_length"] == config.rope_parameters["original_max_position_embeddings"]
+        assert meta["gpt-oss.rope.freq_base"] == config.rope_parameters["rope_theta"]
+        # no truncate flag (gguf_reading), no layer pattern: llama.cpp's gpt-oss loader defaults to
+        # a pattern of 2 (layer i sliding iff i % 2 == 0), which is this checkpoint's layer_types
+        assert not any("truncate" in k or "sliding_window_pattern" in k for k in meta), meta.keys()
+        assert config.layer_types == ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(config.num_hidden_layers)]
+        assert config.rope_parameters["truncate"] is False
+        assert not any("swiglu" in k or "alpha" in k for k in meta), meta.keys()
     if name.startswith("gemma"):
         assert not any("pre_attn" in k or "attention.scale" in k for k in meta), meta.keys()
         assert not any("sliding_window_pattern" in k for k in meta), meta.keys()
@@ -1050,7 +1574,7 @@ def compare_tensors(name: str, reader, hf_dir: Path, config, fam: dict) -> dict:
         res["ffn_up_equal_gate_up"] = bool(np.array_equal(g["blk.0.ffn_up.weight"].reshape(gu.shape), gu))
     if "rope_freqs.weight" in g:
         res["rope_freqs"] = [f32(x) for x in g["rope_freqs.weight"]]
-    if "moe" in fam:
+    if "moe" in fam and not fam["moe"].get("gpt_oss"):  # gpt-oss: gpt_oss_gguf_checks
         m = fam["moe"]
         n_exp = config.num_local_experts
         eq = dict(ffn_gate_inp_equal_router=True, ffn_gate_exps_equal_stacked_gate=True,
