@@ -13,7 +13,7 @@ use tf_core::DType;
 use tf_kernels::matmul::{amx, matmul, set_vnni_rows, Activations, PackedMatrix, WeightMatrix};
 use tf_kernels::{SimdLevel, ThreadPool};
 
-const PANEL_TYPES: [DType; 7] = [
+const PANEL_TYPES: [DType; 8] = [
     DType::Q4K,
     DType::Q6K,
     DType::Q8_0,
@@ -21,6 +21,7 @@ const PANEL_TYPES: [DType; 7] = [
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::MXFP4,
 ];
 
 fn run(level: SimdLevel, pool: &ThreadPool, w: &WeightMatrix, x: &[f32], rows: usize) -> Vec<f32> {
@@ -159,6 +160,7 @@ fn panels_take_extreme_codes_and_activations() {
                 let keep = match dtype {
                     DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => 0..2,
                     DType::Q6K => 208..210,
+                    DType::MXFP4 => 0..1,
                     _ => 0..4,
                 };
                 for blk in wb.chunks_exact_mut(dtype.block_bytes()) {
@@ -194,5 +196,20 @@ fn types_without_panels_are_not_packed() {
         let wb = weights(&mut rng, dtype, 256 * 4);
         let w = WeightMatrix::new(dtype, 256, 4, &wb).unwrap();
         assert!(PackedMatrix::pack(&w).is_none(), "{dtype}");
+    }
+    // MXFP4 scales f16 cannot hold keep the stored layout (and its kernels' bits).
+    for scale in [0u8, 1, 103, 144, 255] {
+        let mut rng = Rng(4);
+        let mut wb = weights(&mut rng, DType::MXFP4, 256 * 4);
+        wb[17 * 5] = scale;
+        let w = WeightMatrix::new(DType::MXFP4, 256, 4, &wb).unwrap();
+        assert!(PackedMatrix::pack(&w).is_none(), "scale byte {scale}");
+    }
+    for scale in [104u8, 143] {
+        let mut rng = Rng(4);
+        let mut wb = weights(&mut rng, DType::MXFP4, 256 * 4);
+        wb[17 * 5] = scale;
+        let w = WeightMatrix::new(DType::MXFP4, 256, 4, &wb).unwrap();
+        assert!(PackedMatrix::pack(&w).is_some(), "scale byte {scale}");
     }
 }

@@ -18,8 +18,12 @@
 //! | Q8_0 | 544 | codes 512 (i8, tile order), d 32 |
 //! | Q4_0, Q4_1 | 288, 320 | codes 256 (nibbles), d 32, (m 32) |
 //! | Q5_0, Q5_1 | 352, 384 | codes 256 (low nibbles), fifth bits 8 × 8 (a u64 per row), d 32, (m 32) |
+//! | MXFP4 | 288 | E2M1 codes 256 (nibbles), d 32 (half the E8M0 scale as f16) |
 //!
-//! Codes are stored unsigned (the GGUF code); the kernels subtract each type's offset.
+//! Codes are stored unsigned (the GGUF code); the kernels subtract each type's offset (MXFP4's
+//! codes go through a table first: twice their value, plus 12). An MXFP4 matrix packs only
+//! where every block's scale is exact in f16 (2^-24 to 2^15, every weight seen in practice);
+//! otherwise it keeps its stored layout.
 
 use super::unpack::{unpack_k, unpack_legacy};
 use super::WeightMatrix;
@@ -28,6 +32,18 @@ use tf_core::DType;
 /// Columns per panel.
 pub const PANEL: usize = 16;
 
+/// Twice each MXFP4 code's value plus 12: the unsigned code the kernels multiply (the 12 is
+/// taken out through the activations' sum, as a legacy type's offset).
+pub(crate) const FP4_CODES: [i8; 16] = {
+    let mut t = [0i8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = tf_core::dtype::MXFP4_TWICE[i] + 12;
+        i += 1;
+    }
+    t
+};
+
 /// How the integer sums of a type's units become the float step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -35,11 +51,13 @@ pub(crate) enum Kind {
     Q6K,
     Q8_0,
     /// A legacy type with 4-bit (`five: false`) or 5-bit codes, `offset` subtracted from each
-    /// code, and a block min (`min`: Q4_1, Q5_1).
+    /// code, and a block min (`min`: Q4_1, Q5_1); `fp4`: each code looked up in
+    /// [`FP4_CODES`] before the offset (MXFP4).
     Legacy {
         five: bool,
         offset: u8,
         min: bool,
+        fp4: bool,
     },
 }
 
@@ -66,7 +84,12 @@ impl Layout {
             let high_at = 256;
             let d_at = if five { 320 } else { 256 };
             Layout {
-                kind: Kind::Legacy { five, offset, min },
+                kind: Kind::Legacy {
+                    five,
+                    offset,
+                    min,
+                    fp4: false,
+                },
                 block_values: 32,
                 unit_k: 32,
                 bytes: d_at + 32 + if min { 32 } else { 0 },
@@ -107,6 +130,15 @@ impl Layout {
             DType::Q4_1 => legacy(false, 0, true),
             DType::Q5_0 => legacy(true, 16, false),
             DType::Q5_1 => legacy(true, 0, true),
+            DType::MXFP4 => Layout {
+                kind: Kind::Legacy {
+                    five: false,
+                    offset: 12,
+                    min: false,
+                    fp4: true,
+                },
+                ..legacy(false, 12, false)
+            },
             _ => return None,
         })
     }
@@ -133,7 +165,8 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// The panel form of `w`, or `None` for a type without one (floats, Q2_K, Q3_K, Q5_K).
+    /// The panel form of `w`, or `None` for a type without one (floats, Q2_K, Q3_K, Q5_K) and
+    /// for an MXFP4 matrix with a scale f16 cannot hold.
     pub fn pack(w: &WeightMatrix) -> Option<PackedMatrix> {
         let layout = Layout::of(w.dtype)?;
         let blocks = w.k / layout.block_values;
@@ -153,7 +186,9 @@ impl PackedMatrix {
                         (col < w.n).then(|| &w.row(col)[b * src_block..(b + 1) * src_block])
                     })
                     .collect();
-                pack_block(&layout, w.dtype, &cols, out);
+                if !pack_block(&layout, w.dtype, &cols, out) {
+                    return None;
+                }
             }
         }
         Some(PackedMatrix {
@@ -199,11 +234,23 @@ fn f16_bits(b: &[u8], at: usize) -> [u8; 2] {
     [b[at], b[at + 1]]
 }
 
-/// One panel block from the 16 columns' blocks (`None`: a column past the matrix, all zero).
-fn pack_block(l: &Layout, dtype: DType, cols: &[Option<&[u8]>], out: &mut [u8]) {
+/// One panel block from the 16 columns' blocks (`None`: a column past the matrix, all zero);
+/// false when a block cannot be held (an MXFP4 scale outside f16).
+fn pack_block(l: &Layout, dtype: DType, cols: &[Option<&[u8]>], out: &mut [u8]) -> bool {
     for (c, blk) in cols.iter().enumerate() {
         let Some(blk) = blk else { continue };
         match l.kind {
+            Kind::Legacy { fp4: true, .. } => {
+                let d = half::f16::from_f32(tf_core::dtype::e8m0_half(blk[0]));
+                if d.to_f32() != tf_core::dtype::e8m0_half(blk[0]) {
+                    return false;
+                }
+                for j in 0..16 {
+                    put_nibble(out, 256, 0, j, c, blk[1 + j] & 0xF);
+                    put_nibble(out, 256, 0, j + 16, c, blk[1 + j] >> 4);
+                }
+                out[l.d_at + 2 * c..l.d_at + 2 * c + 2].copy_from_slice(&d.to_le_bytes());
+            }
             Kind::Q4K => {
                 let kb = unpack_k(dtype, blk);
                 for u in 0..8 {
@@ -237,7 +284,9 @@ fn pack_block(l: &Layout, dtype: DType, cols: &[Option<&[u8]>], out: &mut [u8]) 
                 }
                 out[512 + 2 * c..512 + 2 * c + 2].copy_from_slice(&f16_bits(blk, 0));
             }
-            Kind::Legacy { five, offset, min } => {
+            Kind::Legacy {
+                five, offset, min, ..
+            } => {
                 let lb = unpack_legacy(dtype, blk);
                 for i in 0..32 {
                     let code = (lb.q[i] + offset as i8) as u8;
@@ -254,4 +303,5 @@ fn pack_block(l: &Layout, dtype: DType, cols: &[Option<&[u8]>], out: &mut [u8]) 
             }
         }
     }
+    true
 }

@@ -375,6 +375,23 @@ unsafe fn unpack_group(
                 }
             }
         }
+        Kind::Legacy { fp4: true, .. } => {
+            // Signed values straight from the table (twice the E2M1 value).
+            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(
+                tf_core::dtype::MXFP4_TWICE.as_ptr() as *const __m128i,
+            ));
+            for j in 0..nb {
+                let src = first.add(j * l.bytes);
+                for t in 0..4 {
+                    let v = _mm512_loadu_si512(src.add(64 * t) as *const _);
+                    let dst = buf.add(512 * j + 128 * t);
+                    let lo = _mm512_and_si512(v, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    _mm512_storeu_si512(dst as *mut _, _mm512_shuffle_epi8(table, lo));
+                    _mm512_storeu_si512(dst.add(64) as *mut _, _mm512_shuffle_epi8(table, hi));
+                }
+            }
+        }
         Kind::Legacy { five, offset, .. } => {
             let off = _mm512_set1_epi8(offset as i8);
             let sixteen = _mm512_set1_epi8(16);

@@ -6,10 +6,16 @@
 //! through the unit's activation sum, which starts the lane (`-offset · Σx`). The integers and
 //! the float step are those of the tile kernels ([`super::panel_kernel`]), so the bits are too.
 
-use super::panel::{Kind, Layout, PackedMatrix};
+use super::panel::{Kind, Layout, PackedMatrix, FP4_CODES};
 use super::panel_kernel::{prefetch, q6k_unit_codes, scales16, step16, Q4kTail};
 use crate::actq::QuantAct;
 use std::arch::x86_64::*;
+
+/// [`FP4_CODES`] in every 128-bit lane, for `vpshufb`.
+#[inline(always)]
+unsafe fn fp4_table() -> __m512i {
+    _mm512_broadcast_i32x4(_mm_loadu_si128(FP4_CODES.as_ptr() as *const __m128i))
+}
 
 /// Four activations of a row as one 32-bit lane, broadcast.
 #[inline(always)]
@@ -127,10 +133,16 @@ unsafe fn legacy_block<const R: usize>(
 ) {
     let m4 = _mm512_set1_epi8(0x0F);
     let nblk = x.k / 32;
-    let (five, offset, min) = match l.kind {
-        Kind::Legacy { five, offset, min } => (five, offset as i32, min),
-        _ => (false, 128, false), // Q8_0: signed codes, made unsigned below
+    let (five, offset, min, fp4) = match l.kind {
+        Kind::Legacy {
+            five,
+            offset,
+            min,
+            fp4,
+        } => (five, offset as i32, min, fp4),
+        _ => (false, 128, false, false), // Q8_0: signed codes, made unsigned below
     };
+    let table = fp4_table();
     let mut a: [__m512i; R] = std::array::from_fn(|i| {
         let s = *x.sums.get_unchecked((r0 + i) * nblk + b) as i32;
         _mm512_set1_epi32(-offset * s)
@@ -154,6 +166,10 @@ unsafe fn legacy_block<const R: usize>(
                 let high = blk.add(l.high_at + 16 * t) as *const u64;
                 lo = _mm512_mask_add_epi8(lo, high.read_unaligned(), lo, sixteen);
                 hi = _mm512_mask_add_epi8(hi, high.add(1).read_unaligned(), hi, sixteen);
+            }
+            if fp4 {
+                lo = _mm512_shuffle_epi8(table, lo);
+                hi = _mm512_shuffle_epi8(table, hi);
             }
             for i in 0..R {
                 a[i] = _mm512_dpbusd_epi32(a[i], lo, x4(rows[i].add(at + 8 * t)));
