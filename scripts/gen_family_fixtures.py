@@ -16,6 +16,8 @@ qwen3moe, qwen3moe_ties, mixtral, gpt-oss):
   reads the vocabulary size off `tokenizer.json` to trim embedding rows, so its conversion input
   (a staging copy of hf/) gets a `tokenizer.json` listing the same tokens; hf/ itself holds only
   config.json and model.safetensors.
+- model-f32.gguf (gpt-oss only): hf/ converted by the same code with every tensor F32, the experts
+  too, beside model.gguf's MXFP4 experts (see gpt-oss below).
 - logits.json: transformers' (eager attention, float32, CPU, one thread) output on three fixed
   token sequences (lengths 12, 40, 70; ids seeded, in [0, vocab)): per position the top-5 ids,
   their float32 logits and float64 log-probabilities (log_softmax in float64 of the float32
@@ -75,7 +77,7 @@ writes from its fused in-memory experts (the script asserts the layout); the ora
 experts' eager loop (experts_implementation "eager").
 
 gpt-oss (GptOssForCausalLM, GGUF arch gpt-oss), 3 layers (sliding, full, sliding: layer_types
-alternate from sliding as in the real model; 4 layers would take the fixture past 2.5 MB),
+alternate from sliding as in the real model; 4 layers would take the fixture past 4.5 MB),
 sliding_window 8, 8 experts top-2, intermediate_size 64, attention biases, one learned sink logit
 per head (std 1), router bias, gate_up / down expert biases, swiglu_alpha 1.702, swiglu_limit 7
 (expert matrices drawn with std 0.3 / 0.15 so that the clamp bites: counted in
@@ -95,6 +97,18 @@ MXFP4 (type 39), everything else F32. Asserted: transformers itself (Mxfp4Config
 reads the staging checkpoint to exactly hf/'s weights; gguf-py's MXFP4 dequantize of the GGUF's
 expert tensors equals hf/'s gate (even columns of gate_up_proj), up (odd) and down matrices; the
 raw GGUF blocks equal our own ggml packing (scale byte, then byte j = element j | element j+16 << 4).
+model-f32.gguf is the same checkpoint converted from hf/ itself (float32 fused experts, no
+quantization_config: the converter transposes gate_up_proj / down_proj and splits gate_up into
+ffn_gate_exps (even columns) and ffn_up_exps (odd), warning "not in MXFP4"), so every tensor is
+F32. It is for the exact comparison (3e-4) of everything but MXFP4: an engine runs quantized
+weights on activations quantized to int8 (as llama.cpp's CPU MXFP4 matmul quantizes them to Q8_0),
+so model.gguf's logits cannot meet transformers' at that tolerance; its MXFP4 experts are checked
+bit-exact at the kernel level (dequantization, integer dot products) and only loosely end to end.
+Asserted: the two GGUFs' metadata are equal field by field (value types and values, the vocabulary
+included) but for general.file_type, which names the tensor types (MOSTLY_MXFP4_MOE 38 vs ALL_F32
+0); they list the same tensors with the same shapes; every tensor of model-f32.gguf is F32, each
+non-expert one byte-equal to model.gguf's, and ffn_{gate,up,down}_exps equal hf/'s gate, up and
+down matrices exactly. gguf_reading applies to both files.
 logits.json's `gpt_oss` section records the SwiGLU and router code of the installed transformers,
 the clamp counts, the sink rule, the YaRN inverse frequencies (truncate false / true) and
 attention factor, the E2M1 table, both MXFP4 byte layouts and the staging checkpoint's config and
@@ -408,7 +422,7 @@ FAMILIES: dict[str, dict] = {
         cls="GptOssForCausalLM",
         seed=GPT_OSS_SEED,
         config=dict(
-            num_hidden_layers=3,  # sliding, full, sliding (4 would take the fixture past 2.5 MB)
+            num_hidden_layers=3,  # sliding, full, sliding (4 would take the fixture past 4.5 MB)
             intermediate_size=64,  # each expert's FFN width (MXFP4: a multiple of 32)
             num_local_experts=8,
             num_experts_per_tok=2,
@@ -1009,6 +1023,55 @@ def gpt_oss_gguf_checks(reader, hf_dir: Path, mx: list[dict], config) -> dict:
     return res
 
 
+def gguf_fields(reader) -> dict:
+    """Every metadata field of a GGUF in full (the vocabulary too; the GGUF.* header fields aside):
+    name -> (value types, value)."""
+    return {n: ([int(t) for t in f.types], f.contents()) for n, f in reader.fields.items() if not n.startswith("GGUF.")}
+
+
+def gpt_oss_f32_gguf_checks(f32_reader, mx_reader, hf_dir: Path, config) -> dict:
+    """model-f32.gguf (hf/ converted with float experts) against model.gguf (the hub's MXFP4
+    layout converted) and hf/: the same metadata but for general.file_type, the same tensors, all
+    F32, the non-expert ones byte-equal to model.gguf's, the experts equal to hf/'s after the
+    converter's transpose and gate/up split."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    st = load_file(str(hf_dir / "model.safetensors"))
+    fa, fm = gguf_fields(f32_reader), gguf_fields(mx_reader)
+    ft = "general.file_type"
+    f32t, mxt = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.MXFP4
+    ga = {t.name: t for t in f32_reader.tensors}
+    gm = {t.name: t for t in mx_reader.tensors}
+    experts = {f"blk.{i}.ffn_{p}_exps.weight" for i in range(config.num_hidden_layers) for p in ("gate", "up", "down")}
+    res = dict(
+        metadata_equal_but_file_type={k: v for k, v in fa.items() if k != ft} == {k: v for k, v in fm.items() if k != ft},
+        file_types_f32_and_mxfp4_moe=bool(
+            fa[ft][1] == gguf.LlamaFileType.ALL_F32 and fm[ft][1] == gguf.LlamaFileType.MOSTLY_MXFP4_MOE
+        ),
+        same_tensor_names_and_shapes=sorted(ga) == sorted(gm)
+        and all([int(x) for x in ga[n].shape] == [int(x) for x in gm[n].shape] for n in ga),
+        all_tensors_f32=all(t.tensor_type == f32t for t in ga.values()),
+        mxfp4_gguf_experts_only_mxfp4=all((t.tensor_type == mxt) == (n in experts) for n, t in gm.items()),
+        non_expert_tensors_bytes_equal_mxfp4_gguf=all(
+            np.asarray(ga[n].data).tobytes() == np.asarray(gm[n].data).tobytes() for n in ga if n not in experts
+        ),
+        experts_equal_hf=True,
+    )
+    for layer in range(config.num_hidden_layers):
+        pre = f"model.layers.{layer}."
+        gu = st[pre + "mlp.experts.gate_up_proj"]  # [E, hidden, 2*inter], gate/up interleaved
+        down = st[pre + "mlp.experts.down_proj"]  # [E, inter, hidden]
+        for part, want in (
+            ("gate", gu[:, :, 0::2].transpose(0, 2, 1)),
+            ("up", gu[:, :, 1::2].transpose(0, 2, 1)),
+            ("down", down.transpose(0, 2, 1)),
+        ):
+            got = np.asarray(ga[f"blk.{layer}.ffn_{part}_exps.weight"].data)
+            res["experts_equal_hf"] &= bool(got.dtype == np.float32 and got.shape == want.shape and np.array_equal(got, want))
+    return res
+
+
 def swiglu_clamp_stats(model, seqs: list[list[int]]) -> dict:
     """How often the clamps of gpt-oss's SwiGLU bite: over every (position, chosen expert, feature)
     of every layer, gate values above swiglu_limit and up values outside [-limit, limit]."""
@@ -1322,6 +1385,13 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
     if gpt_oss:
         checks.update(gpt_oss_gguf_checks(summary["reader"], hf_dir, mx, loaded.config))
         assert all(v for k, v in checks.items() if k.endswith(("_equal", "_mxfp4", "_packing", "equal_hf"))), checks
+        # every tensor F32 (the experts too): the float checkpoint itself, for the exact comparison
+        f32_path = out / "model-f32.gguf"
+        convert_to_gguf(hf_dir, name, f32_path)
+        f32_summary = gguf_summary(f32_path)
+        check_gguf_facts(name, f32_summary, loaded.config)
+        f32_checks = gpt_oss_f32_gguf_checks(f32_summary["reader"], summary["reader"], hf_dir, loaded.config)
+        assert all(f32_checks.values()), f32_checks
 
     doc = dict(
         family=name,
@@ -1399,6 +1469,8 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         gguf_reading_diff=doc.get("gguf_reading", {}).get("max_abs_logit_diff_vs_primary"),
     )
     report[name]["checks"] = checks
+    if gpt_oss:
+        report[name]["f32_gguf_checks"] = f32_checks
 
 
 ROUTING = {
