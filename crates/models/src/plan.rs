@@ -143,10 +143,10 @@ impl Plan {
                     m.experts,
                     m.expert_ffn,
                     m.used,
-                    if m.norm_topk {
-                        ", weights renormalized"
-                    } else {
-                        ""
+                    match (m.gating, m.norm_topk) {
+                        (crate::registry::Gating::TopKSoftmax, _) => ", softmax over the chosen",
+                        (_, true) => ", weights renormalized",
+                        _ => "",
                     }
                 )),
                 None => parts.push(format!("{:?}", l.mlp)),
