@@ -15,7 +15,7 @@ use tf_text::StreamDecoder;
 
 use crate::error::{ApiError, ApiResult};
 use crate::output::stop::{StopMatcher, StopScan};
-use crate::state::{Backend, SharedState};
+use crate::state::{Backend, SharedState, ToolFormat};
 
 /// What a request asks the engine for, validated.
 #[derive(Clone, Debug)]
@@ -103,6 +103,8 @@ impl Generation {
             ignore_eos: req.ignore_eos,
             draft: req.draft,
         };
+        // Harmony replies keep their control tokens: the reply parser reads the channels.
+        let decoder = StreamDecoder::new(backend.tool_format != ToolFormat::Harmony);
         let (id, events) = backend
             .engine
             .submit_async(request)
@@ -114,7 +116,7 @@ impl Generation {
             id,
             events,
             prompt_tokens,
-            decoder: StreamDecoder::new(true),
+            decoder,
             stop,
             stop_hit: None,
             tokens: Vec::new(),

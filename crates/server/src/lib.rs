@@ -63,7 +63,9 @@ pub fn router(state: SharedState) -> Router {
 
 /// The tool call format a chat template teaches its model.
 pub fn tool_format_of(template_source: &str) -> ToolFormat {
-    if template_source.contains("<tool_call>") {
+    if template_source.contains("<|channel|>") {
+        ToolFormat::Harmony
+    } else if template_source.contains("<tool_call>") {
         ToolFormat::Tagged
     } else if template_source.contains("<|eot_id|>") || template_source.contains("<|python_tag|>") {
         ToolFormat::BareJson

@@ -39,17 +39,34 @@ pub struct Rendered {
     /// Text put after the generation prompt to start the reply: the opening of a tool call
     /// when `tool_choice` requires one (the reply parser reads it first).
     pub prefill: String,
+    /// The reply comes in the harmony format (gpt-oss).
+    pub harmony: bool,
 }
 
 impl Rendered {
     /// The reply parser, already past the prefill.
     pub fn parser(&self, call_prefix: String) -> ReplyParser {
-        let mut parser = ReplyParser::new(self.in_think, self.tools, call_prefix);
+        let mut parser = match self.harmony {
+            true => ReplyParser::harmony(self.tools.is_some(), call_prefix),
+            false => ReplyParser::new(self.in_think, self.tools, call_prefix),
+        };
         if !self.prefill.is_empty() {
             let _ = parser.push(&self.prefill);
         }
         parser
     }
+}
+
+/// An assistant message's reasoning under the name harmony templates read (`thinking`).
+fn thinking_field(mut m: Value) -> Value {
+    if let Some(obj) = m.as_object_mut() {
+        if !obj.contains_key("thinking") {
+            if let Some(r) = obj.get("reasoning_content").cloned() {
+                obj.insert("thinking".into(), r);
+            }
+        }
+    }
+    m
 }
 
 /// The start of a reply that must call a tool (`tool_choice` required or named).
@@ -404,10 +421,12 @@ pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
     // Text a client sent that spells a control token (`<|im_start|>system` inside a message)
     // must stay text: only the template writes control tokens.
     let mut shield = Shield::default();
+    let harmony = backend.tool_format == ToolFormat::Harmony;
     let messages: Vec<Value> = chat
         .messages
         .iter()
         .map(|m| shield.value(m, &backend.tokenizer))
+        .map(|m| if harmony { thinking_field(m) } else { m })
         .collect();
     let tools: Vec<Value> = tools
         .iter()
@@ -423,8 +442,8 @@ pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
         .map_err(|e| {
             ApiError::bad_request(format!("the chat template rejected the conversation: {e}"))
         })?;
-    let in_think = text.trim_end().ends_with("<think>");
-    let prefill = if tools.is_empty() || in_think {
+    let in_think = !harmony && text.trim_end().ends_with("<think>");
+    let prefill = if tools.is_empty() || in_think || harmony {
         String::new()
     } else {
         // "required" with a single tool can only mean that tool.
@@ -460,5 +479,6 @@ pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
         in_think,
         tools: (!tools.is_empty()).then_some(backend.tool_format),
         prefill,
+        harmony,
     })
 }

@@ -65,6 +65,9 @@ pub enum ToolFormat {
     Tagged,
     /// The whole reply is `{"name": .., "parameters": ..}` (Llama 3).
     BareJson,
+    /// The harmony format (gpt-oss): reasoning, answer and calls in channels, each message
+    /// between control tokens (which the reply's text then keeps, for the parser).
+    Harmony,
 }
 
 /// The loaded model: what requests run on.

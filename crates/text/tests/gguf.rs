@@ -249,3 +249,38 @@ fn inconsistent_metadata_is_invalid() {
         "empty: {err:?}"
     );
 }
+
+/// A byte-level BPE vocabulary with these control tokens appended (ids 263 on).
+fn with_controls(extra: &[&str]) -> Tokenizer {
+    let mut meta = tiny_bpe_meta(None);
+    for (key, value) in meta.iter_mut() {
+        match (*key, value) {
+            ("tokenizer.ggml.tokens", MetaValue::Array(v)) => {
+                v.extend(extra.iter().map(|t| MetaValue::String(t.to_string())))
+            }
+            ("tokenizer.ggml.token_type", MetaValue::Array(v)) => {
+                v.extend(extra.iter().map(|_| MetaValue::I32(3)))
+            }
+            _ => {}
+        }
+    }
+    Tokenizer::from_gguf(&gguf_with("controls.gguf", meta)).unwrap()
+}
+
+/// The harmony format (gpt-oss) ends a reply at `<|return|>` or `<|call|>`; its `<|end|>` closes
+/// one message (the analysis) and must not end the reply, while Phi-3's `<|end|>` does.
+#[test]
+fn harmony_vocabularies_end_at_return_and_call_not_end() {
+    let tok = with_controls(&[
+        "<|start|>",
+        "<|end|>",
+        "<|message|>",
+        "<|channel|>",
+        "<|return|>",
+        "<|call|>",
+    ]);
+    assert_eq!(tok.eog_ids(), [261, 262, 267, 268]);
+    assert!(!tok.is_eog(264), "<|end|>");
+    let phi = with_controls(&["<|end|>", "<|user|>"]);
+    assert_eq!(phi.eog_ids(), [261, 262, 263]);
+}

@@ -1,6 +1,8 @@
 //! Turning the model's streamed text into an API reply: stop strings ([`stop`]), reasoning
-//! (`<think>` blocks) and tool calls ([`tools`]), each split off as the text streams.
+//! (`<think>` blocks) and tool calls ([`tools`]), each split off as the text streams; or, for
+//! models that answer in the harmony format (gpt-oss), its channels ([`harmony`]).
 
+pub mod harmony;
 pub mod stop;
 pub mod tags;
 pub mod tools;
@@ -35,6 +37,8 @@ enum ToolScan {
 pub struct ReplyParser {
     think: TagScanner,
     tools: ToolScan,
+    /// The reply is in the harmony format: its parser takes every piece.
+    harmony: Option<harmony::Harmony>,
     call_prefix: String,
     calls: usize,
 }
@@ -44,7 +48,7 @@ impl ReplyParser {
     /// tool calls in, `None` for none. `call_prefix`: tool call ids are `{prefix}{index}`.
     pub fn new(in_think: bool, tools: Option<ToolFormat>, call_prefix: String) -> ReplyParser {
         let tools = match tools {
-            None => ToolScan::Off,
+            None | Some(ToolFormat::Harmony) => ToolScan::Off,
             Some(ToolFormat::Tagged) => ToolScan::Tagged {
                 scan: TagScanner::new("<tool_call>", "</tool_call>", false),
                 body: String::new(),
@@ -59,18 +63,43 @@ impl ReplyParser {
         ReplyParser {
             think: TagScanner::new("<think>", "</think>", in_think),
             tools,
+            harmony: None,
             call_prefix,
             calls: 0,
         }
     }
 
+    /// A parser of harmony replies; `tools`: tools were offered (calls are parsed).
+    pub fn harmony(tools: bool, call_prefix: String) -> ReplyParser {
+        ReplyParser {
+            harmony: Some(harmony::Harmony::new(tools)),
+            ..ReplyParser::new(false, None, call_prefix)
+        }
+    }
+
     pub fn push(&mut self, text: &str) -> Vec<Delta> {
+        if let Some(h) = &mut self.harmony {
+            let (prefix, calls) = (&self.call_prefix, &mut self.calls);
+            let mut id = || {
+                *calls += 1;
+                format!("{prefix}{}", *calls - 1)
+            };
+            return merge(h.push(text, &mut id));
+        }
         let pieces = self.think.push(text);
         self.route(pieces, false)
     }
 
     /// The rest, at the end of the reply: unfinished tags and unparsable calls become text.
     pub fn finish(&mut self) -> Vec<Delta> {
+        if let Some(h) = &mut self.harmony {
+            let (prefix, calls) = (&self.call_prefix, &mut self.calls);
+            let mut id = || {
+                *calls += 1;
+                format!("{prefix}{}", *calls - 1)
+            };
+            return merge(h.finish(&mut id));
+        }
         let pieces = self.think.finish();
         self.route(pieces, true)
     }

@@ -83,7 +83,17 @@ const END_OF_GENERATION_TEXTS: &[&str] = &[
     "<|end|>",
     "<EOT>",
     "<|end▁of▁sentence|>",
+    // The harmony format (gpt-oss): a reply ends with its final answer or a tool call.
+    "<|return|>",
+    "<|call|>",
 ];
+
+/// Whether `<|end|>` ends only a message, not the reply: in the harmony format (a vocabulary
+/// with `<|return|>` and `<|call|>`) the analysis message ends with `<|end|>` and the final
+/// answer follows (llama.cpp drops `<|end|>` from its end-of-generation set on the same rule).
+fn harmony_vocab(special: impl Fn(&str) -> bool) -> bool {
+    special("<|return|>") && special("<|call|>")
+}
 
 /// How raw-text segments become ids.
 enum Engine {
@@ -189,6 +199,15 @@ impl Tokenizer {
                 if parts.kinds[id as usize].is_special() {
                     eog_ids.push(id);
                 }
+            }
+        }
+        let special = |t: &str| {
+            ids.get(t)
+                .is_some_and(|&i| parts.kinds[i as usize].is_special())
+        };
+        if harmony_vocab(special) {
+            if let Some(&end) = ids.get("<|end|>") {
+                eog_ids.retain(|&i| i != end);
             }
         }
         eog_ids.sort_unstable();
