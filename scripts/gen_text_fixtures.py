@@ -3,17 +3,22 @@
 
 Run once, commit the output; Rust tests never need Python.
 
-    python3 scripts/gen_text_fixtures.py [--models DIR]
+    python3 scripts/gen_text_fixtures.py [--models DIR] [--llama-cpp SRC]
 
-Needs the `jinja2`, `gguf` and `tokenizers` packages and the three test models
-(scripts/fetch-test-models; default DIR: $TENSORFOLD_CACHE/models or ~/.cache/tensorfold/models).
+Needs the `jinja2`, `gguf` and `tokenizers` packages, the three test models
+(scripts/fetch-test-models; default DIR: $TENSORFOLD_CACHE/models or ~/.cache/tensorfold/models)
+and llama.cpp's source tree for gpt-oss's template (scripts/build-llama-cpp extracts it; default
+SRC: target/llama.cpp/src/llama.cpp).
 
 Outputs:
-- chat_templates.json: chat templates (three read from the GGUF files, two written here in the
-  style of Qwen3 and Llama 3) rendered by Python Jinja2 exactly as Hugging Face transformers'
+- chat_templates.json: chat templates (three read from the GGUF files, five written here in the
+  style of Qwen3, Gemma, Phi-3, Mistral and Llama 3, and gpt-oss's harmony template read from
+  llama.cpp's models/templates/openai-gpt-oss-120b.jinja, the same as gpt-oss-20b's) rendered by Python Jinja2 exactly as Hugging Face transformers'
   `apply_chat_template` does (sandboxed env, trim_blocks, lstrip_blocks, loopcontrols, its
   `tojson` = json.dumps(ensure_ascii=False), `raise_exception`, `strftime_now`), over a matrix of
-  conversations; a case whose render raises records the error instead.
+  conversations; a case whose render raises records the error instead. Dates are fixed: the
+  Llama-3-style template gets `date_string`, and gpt-oss's one `strftime_now("%Y-%m-%d")` is
+  rewritten to prefer a `date_string` too (see gpt_oss_template), which its cases pass.
 - gguf_encode.json: token ids of tricky texts for each GGUF vocabulary, from a Python `tokenizers`
   pipeline built from the GGUF tokens/merges exactly as STACK.md describes (it reproduced
   llama.cpp's ids on every reference prompt).
@@ -371,21 +376,136 @@ CONVERSATIONS = {
 # Conversations that use tools get the tool list; others are rendered without (tools=None).
 WITH_TOOLS = {"tool-call-and-result", "content-and-two-calls-two-results"}
 
+# gpt-oss (harmony) template: read from llama.cpp's source tree at generation time.
+GPT_OSS_TEMPLATE = Path("models") / "templates" / "openai-gpt-oss-120b.jinja"
+GPT_OSS_DATE_CALL = 'strftime_now("%Y-%m-%d")'
+GPT_OSS_DATE = "2024-07-26"
+
+
+def gpt_oss_template(llama_cpp_src):
+    """gpt-oss's chat template, with its one date call made overridable so fixtures are stable.
+
+    The template prints `strftime_now("%Y-%m-%d")` unconditionally; that call becomes
+    `(date_string if date_string is defined else strftime_now("%Y-%m-%d"))` (the Llama 3
+    templates' own way of fixing the date) and every gpt-oss case passes `date_string`.
+    """
+    path = llama_cpp_src / GPT_OSS_TEMPLATE
+    if not path.is_file():
+        raise SystemExit(
+            f"{path} is missing: pass --llama-cpp with llama.cpp's source tree "
+            "(scripts/build-llama-cpp extracts it to target/llama.cpp/src/llama.cpp)"
+        )
+    source = path.read_text(encoding="utf-8")
+    if source.count(GPT_OSS_DATE_CALL) != 1:
+        raise SystemExit(f"{path}: expected exactly one {GPT_OSS_DATE_CALL}, found {source.count(GPT_OSS_DATE_CALL)}")
+    return source.replace(GPT_OSS_DATE_CALL, f"(date_string if date_string is defined else {GPT_OSS_DATE_CALL})")
+
+
+# A function whose parameters cover the harmony TypeScript rendering: string (with description),
+# number (default), string enum (default), arrays of strings/numbers/objects, an array without items.
+GPT_OSS_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_flights",
+            "description": "Search flights between two airports.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "origin": {"type": "string", "description": "IATA code, e.g. \"ZRH\""},
+                    "destination": {"type": "string"},
+                    "max_price": {"type": "number", "description": "Upper bound in EUR.", "default": 250.5},
+                    "cabin": {"type": "string", "enum": ["economy", "business", "first"], "default": "economy"},
+                    "airlines": {"type": "array", "items": {"type": "string"}},
+                    "days": {"type": "array", "items": {"type": "integer"}},
+                    "legs": {
+                        "type": "array",
+                        "items": {"type": "object", "properties": {"from": {"type": "string"}, "to": {"type": "string"}}},
+                    },
+                    "extras": {"type": "array"},
+                    "direct": {"type": "boolean", "default": False},
+                },
+                "required": ["origin", "destination"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "description": "Current time.", "parameters": None},
+    },
+]
+
+GPT_OSS_TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {
+        "name": "search_flights",
+        "arguments": {"origin": "ZRH", "destination": "LIS", "max_price": 199.99, "cabin": "economy", "days": [1, 2]},
+    },
+}
+
+# Rendered with the gpt-oss template only (on top of CONVERSATIONS): `thinking` fields, a tool call
+# in harmony's one-call-per-message form, system and developer roles.
+GPT_OSS_CONVERSATIONS = {
+    "gpt-oss-thinking-multi-turn": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "thinking": "Simple arithmetic: 2+2 is 4.", "content": "4."},
+        {"role": "user", "content": "And 3+3?"},
+    ],
+    "gpt-oss-thinking-last": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "thinking": "Simple arithmetic.", "content": "4."},
+    ],
+    "gpt-oss-tool-call-and-result": [
+        {"role": "user", "content": "Cheapest flight Zürich → Lisbon?"},
+        {"role": "assistant", "thinking": "I should search flights.", "tool_calls": [GPT_OSS_TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"price\": 120, \"airline\": \"TAP\"}"},
+    ],
+    "gpt-oss-tool-call-result-final": [
+        {"role": "system", "content": "Prefer direct flights."},
+        {"role": "user", "content": "Cheapest flight Zürich → Lisbon?"},
+        {"role": "assistant", "thinking": "I should search flights.", "tool_calls": [GPT_OSS_TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "120 EUR with TAP"},
+        {"role": "assistant", "content": "TAP, 120 EUR."},
+        {"role": "user", "content": "Book it."},
+    ],
+    "gpt-oss-system-and-developer": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "developer", "content": "Answer in French."},
+        {"role": "user", "content": "Hello!"},
+    ],
+    "gpt-oss-developer": [
+        {"role": "developer", "content": "Answer in French."},
+        {"role": "user", "content": "Hello!"},
+    ],
+}
+GPT_OSS_WITH_TOOLS = {"gpt-oss-tool-call-and-result", "gpt-oss-tool-call-result-final"}
+
 
 def chat_template_cases(templates):
     env = hf_env()
     cases = []
     for tname, t in templates.items():
         compiled = env.from_string(t["source"])
-        for cname, messages in CONVERSATIONS.items():
+        conversations = dict(CONVERSATIONS)
+        if tname == "gpt-oss":
+            conversations.update(GPT_OSS_CONVERSATIONS)
+        for cname, messages in conversations.items():
             variants = [(None, {})]
             if cname in WITH_TOOLS or cname == "user":
                 variants.append((TOOLS, {}))
+            if cname in GPT_OSS_WITH_TOOLS:
+                variants.append((GPT_OSS_TOOLS, {}))
             if tname == "qwen3-like":
                 variants.append((None, {"enable_thinking": False}))
                 variants.append((None, {"enable_thinking": True}))
+            if tname == "gpt-oss":
+                variants.append((None, {"reasoning_effort": "low"}))
+                variants.append((None, {"reasoning_effort": "high"}))
             if tname == "llama3-like":
                 variants = [(tools, {**kw, "date_string": "26 Jul 2024"}) for tools, kw in variants]
+            if tname == "gpt-oss":
+                variants = [(tools, {**kw, "date_string": GPT_OSS_DATE}) for tools, kw in variants]
             for tools, kwargs in variants:
                 for agp in (True, False):
                     case = {
@@ -551,7 +671,14 @@ def main():
     default_models = Path(os.environ.get("TENSORFOLD_CACHE", Path.home() / ".cache" / "tensorfold")) / "models"
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=Path, default=default_models)
+    ap.add_argument(
+        "--llama-cpp",
+        type=Path,
+        default=ROOT / "target" / "llama.cpp" / "src" / "llama.cpp",
+        help="llama.cpp source tree, for models/templates/openai-gpt-oss-120b.jinja",
+    )
     args = ap.parse_args()
+    gpt_oss_source = gpt_oss_template(args.llama_cpp)
 
     templates = {}
     for name, file in MODELS.items():
@@ -576,6 +703,8 @@ def main():
         "bos_token": "<|begin_of_text|>",
         "eos_token": "<|eot_id|>",
     }
+    # gpt-oss's tokenizer_config.json: bos <|startoftext|>, eos <|return|>.
+    templates["gpt-oss"] = {"source": gpt_oss_source, "bos_token": "<|startoftext|>", "eos_token": "<|return|>"}
 
     OUT.mkdir(parents=True, exist_ok=True)
     fixture = {"templates": templates, "cases": chat_template_cases(templates)}
