@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Generate tiny random checkpoints of twelve decoder families, with transformers' logits as oracle.
+"""Generate tiny random checkpoints of thirteen decoder families, with transformers' logits as oracle.
 
 Output: crates/models/tests/fixtures/families/<family>/ for each family in FAMILIES
 (llama3, llama, qwen2, qwen3, gemma3, gemma2, mistral, phi3, and the mixtures of experts
-qwen3moe, qwen3moe_ties, mixtral, gpt-oss):
+qwen3moe, qwen3moe_ties, mixtral, gpt-oss, olmoe):
 
 - hf/config.json + hf/model.safetensors: a tiny checkpoint with random weights (float32, norm
   weights random too), saved by Hugging Face transformers' `save_pretrained`.
@@ -50,6 +50,7 @@ qwen3moe, qwen3moe_ties, mixtral, gpt-oss):
     compares the MXFP4 experts (below), and `gguf_reading` carries its own routing_stats (its
     boundary gap asserted >= 5e-3 too).
   * `gpt_oss` (gpt-oss only): see below.
+  * `olmoe` (olmoe only): see below.
 
 Shapes: hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab 256, 4 layers,
 max_position_embeddings 256; Gemma 3 has 6 layers, so that llama.cpp's implied pattern (every 6th
@@ -70,8 +71,20 @@ so that the chosen experts vary from token to token:
   `moe.torch_topk_routing_stats` record what torch.topk itself does.
 - mixtral (MixtralForCausalLM, GGUF arch llama with expert tensors): 4 experts, top-2,
   intermediate_size 64 per expert, no sliding window; weights always renormalized.
+- olmoe (OlmoeForCausalLM, GGUF arch olmoe; allenai/OLMoE-1B-7B-0924 at toy size): 8 experts,
+  top-2, intermediate_size 32 per expert, norm_topk_prob false (OLMoE's default: the chosen
+  softmax probabilities are the weights, not renormalized; llama.cpp's olmoe graph passes
+  norm_w = false and the GGUF has no flag), 4 KV heads (= heads, as the real model: llama.cpp's
+  olmoe loader sizes attn_k_norm {n_embd}, so a GQA GGUF would not load), rms_norm_eps 1e-5
+  (the converter writes 1e-5 whatever the config says), rope_theta 1e4, untied head. Attention:
+  q = q_norm(q_proj x), k = k_norm(k_proj x), each one RMSNorm over the whole projection
+  (weights [hidden] and [kv_heads * head_dim]) before the split into heads and before RoPE (NeoX
+  halves; the converter does not permute q/k). logits.json's `olmoe` section records these rules,
+  the tensor shapes on both sides, the GGUF keys and llama.cpp's olmoe graph; `sensitivity` adds
+  q/k norms taken per head, applied after RoPE, or skipped (OlmoeAttention.forward replaced by a
+  reimplementation, asserted bit-equal to transformers' own when unchanged).
 hf/ holds the hub's per-expert tensors (model.layers.N.mlp.gate.weight and
-model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight; model.layers.N.block_sparse_moe.gate.weight
+model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight (qwen3moe, olmoe); model.layers.N.block_sparse_moe.gate.weight
 and ...block_sparse_moe.experts.E.{w1,w3,w2}.weight), which transformers 5's save_pretrained
 writes from its fused in-memory experts (the script asserts the layout); the oracle runs the
 experts' eager loop (experts_implementation "eager").
@@ -200,6 +213,10 @@ GPT_OSS_YARN = dict(
     original_max_position_embeddings=32,
 )
 GPT_OSS_SEED = 125
+# of seeds 126..159 one of the widest top-k boundaries: the narrowest gap between a position's
+# 2nd and 3rd router logit is 0.0139 with seed 132 (0.0157 with 138 and 153, whose last layers use
+# fewer expert pairs; below 5e-3 for 23 of the 34 seeds, 2.2e-4 with 158)
+OLMOE_SEED = 132
 
 # name -> (transformers class, seed, config kwargs, init stds, GGUF-reading overrides, ablations)
 # init: "w" = std of every matrix, "emb" = std of the embedding (and tied head), "norm" = std of
@@ -463,6 +480,47 @@ FAMILIES: dict[str, dict] = {
             "no_router_bias": {"mlp.router.bias": 0.0},
             "no_expert_biases": {"mlp.experts.gate_up_proj_bias": 0.0, "mlp.experts.down_proj_bias": 0.0},
         },
+    ),
+    # OLMoE (allenai/OLMoE-1B-7B-0924 at toy size): q/k RMSNorm over the whole projection, routing
+    # without renormalization (norm_topk_prob false). 4 KV heads = 4 heads, as the real model has:
+    # transformers would take fewer (k_norm over kv_heads * head_dim), but llama.cpp's olmoe loader
+    # sizes attn_k_norm {n_embd} (though attn_k is {n_embd, n_embd_gqa}), so a GQA GGUF would not load.
+    "olmoe": dict(
+        cls="OlmoeForCausalLM",
+        seed=OLMOE_SEED,
+        config=dict(
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            num_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,  # each expert's FFN width (OLMoE has no moe_intermediate_size)
+            norm_topk_prob=False,
+            rms_norm_eps=1e-5,  # the real model's, and what the converter writes whatever the config says
+            clip_qkv=None,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            tie_word_embeddings=False,
+            attention_bias=False,
+        ),
+        init=dict(w=0.15, emb=0.5, norm=0.3, router=0.5),
+        moe=dict(
+            router_hf="model.layers.{L}.mlp.gate.weight",
+            experts_hf=dict(
+                gate="model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
+                up="model.layers.{L}.mlp.experts.{E}.up_proj.weight",
+                down="model.layers.{L}.mlp.experts.{E}.down_proj.weight",
+            ),
+            # OlmoeConfig's attribute_map is {num_local_experts: num_experts}: save_pretrained
+            # already writes num_experts, as the hub's OLMoE configs do.
+            hub_config_renames={},
+        ),
+        ablations={
+            "norm_topk_prob_true": dict(norm_topk_prob=True),
+            "top_k_1": dict(num_experts_per_tok=1),
+            "top_k_3": dict(num_experts_per_tok=3),
+            "rms_norm_eps_1e-6": dict(rms_norm_eps=1e-6),
+        },
+        # attention variants (olmoe_attention): sensitivity entries too
+        attention_ablations=("qk_norm_per_head", "qk_norm_after_rope", "no_qk_norm"),
     ),
 }
 
@@ -1182,6 +1240,157 @@ def gpt_oss_record(loaded, hub_table: dict, hub_check: dict, seqs) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# OLMoE: q/k RMSNorm over the whole projection
+# ---------------------------------------------------------------------------------------------
+
+OLMOE_ATTENTION_MODES = {
+    "hf": "transformers' OlmoeAttention (reimplemented: must give its outputs bit for bit)",
+    "qk_norm_per_head": "q/k RMS taken per head (over head_dim, as Qwen3 does), the same [hidden] / "
+    "[kv_heads*head_dim] weights applied element-wise, before RoPE",
+    "qk_norm_after_rope": "q_norm / k_norm (whole projection) applied after RoPE instead of before (the RMS "
+    "itself is rotation-invariant, the per-element weights are not)",
+    "no_qk_norm": "q_norm / k_norm skipped",
+}
+
+
+@contextlib.contextmanager
+def olmoe_attention(mode: str):
+    """Replace OlmoeAttention.forward (eager, no cache) by one placing the q/k norms as `mode` says."""
+    from transformers.models.olmoe import modeling_olmoe as mo
+
+    assert mode in OLMOE_ATTENTION_MODES, mode
+
+    def per_head(norm, x, head_dim):
+        shape = x.shape
+        h = x.to(torch.float32).view(*shape[:-1], -1, head_dim)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+        return norm.weight * h.view(shape).to(x.dtype)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask, cache=None, **kwargs):
+        assert cache is None and self.config.clip_qkv is None
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        q = self.q_proj(hidden_states)
+        k = self.k_proj(hidden_states)
+        v = self.v_proj(hidden_states)
+        if mode == "hf":
+            q, k = self.q_norm(q), self.k_norm(k)
+        elif mode == "qk_norm_per_head":
+            q, k = per_head(self.q_norm, q, self.head_dim), per_head(self.k_norm, k, self.head_dim)
+        q = q.view(*hidden_shape).transpose(1, 2)
+        k = k.view(*hidden_shape).transpose(1, 2)
+        v = v.view(*hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        q, k = mo.apply_rotary_pos_emb(q, k, cos, sin)
+        if mode == "qk_norm_after_rope":
+            whole = lambda norm, x: norm(x.transpose(1, 2).reshape(*input_shape, -1)).view(*hidden_shape).transpose(1, 2)  # noqa: E731
+            q, k = whole(self.q_norm, q), whole(self.k_norm, k)
+        out, _ = mo.eager_attention_forward(self, q, k, v, attention_mask, dropout=0.0, scaling=self.scaling)
+        return self.o_proj(out.reshape(*input_shape, -1).contiguous()), None
+
+    orig = mo.OlmoeAttention.forward
+    mo.OlmoeAttention.forward = forward
+    try:
+        yield
+    finally:
+        mo.OlmoeAttention.forward = orig
+
+
+def olmoe_attention_checks(cls, fam, state, seqs, logits) -> dict:
+    """The reimplemented attention against transformers' own (bitwise), and each variant as a
+    sensitivity entry (keyed by its mode)."""
+    out = {}
+    for mode in ("hf", *fam["attention_ablations"]):
+        with olmoe_attention(mode):
+            alt, _ = variant_logits(cls, fam, {}, state, seqs)
+        if mode == "hf":
+            out["reimplementation_bitwise_equal"] = all(np.array_equal(a, b) for a, b in zip(alt, logits))
+            assert out["reimplementation_bitwise_equal"], "olmoe_attention('hf') differs from transformers"
+            continue
+        diffs = [np.abs(a - b).max() for a, b in zip(alt, logits)]
+        out[mode] = dict(
+            attention=OLMOE_ATTENTION_MODES[mode],
+            max_abs_logit_diff=f32(max(diffs)),
+            max_abs_logit_diff_per_sequence=[f32(d) for d in diffs],
+            top1_changed_positions=sum(int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in zip(alt, logits)),
+        )
+    return out
+
+
+def olmoe_record(loaded, hf_tensors: dict, summary: dict, attn: dict) -> dict:
+    """What the Rust side needs to know about OLMoE that the other families do not have."""
+    import inspect
+
+    from transformers.models.olmoe import modeling_olmoe as mo
+
+    cfg = loaded.config
+    attn_mod = loaded.model.layers[0].self_attn
+    heads, kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, attn_mod.head_dim
+    meta, tensors = summary["meta"], summary["tensors"]
+    return dict(
+        qk_norm=dict(
+            rule="q = q_norm(q_proj(x)) and k = k_norm(k_proj(x)): one RMSNorm over the whole projection "
+            "(q: num_attention_heads * head_dim values, k: num_key_value_heads * head_dim) before the "
+            "split into heads, not per head as Qwen3; then the heads are split and RoPE is applied to "
+            "the normed q and k (v is not normed); RMSNorm: x * rsqrt(mean(x^2) + eps) in float32, times "
+            "the weight",
+            eps=cfg.rms_norm_eps,
+            eps_source="config.rms_norm_eps (the same eps as every other RMSNorm of the model)",
+            q_norm_weight_shape=hf_tensors["model.layers.0.self_attn.q_norm.weight"]["shape"],
+            k_norm_weight_shape=hf_tensors["model.layers.0.self_attn.k_norm.weight"]["shape"],
+            transformers_sizes="q_norm: RMSNorm(hidden_size), k_norm: RMSNorm(hidden_size // "
+            "num_attention_heads * num_key_value_heads) (so heads * head_dim must equal hidden_size)",
+            heads=heads,
+            kv_heads=kv,
+            head_dim=hd,
+            q_norm_module=repr(attn_mod.q_norm),
+            k_norm_module=repr(attn_mod.k_norm),
+            clip_qkv=cfg.clip_qkv,
+            clip_qkv_rule="if set, q, k (after their norms) and v are clamped to [-clip_qkv, clip_qkv] "
+            "before RoPE; None here and in allenai/OLMoE-1B-7B-0924; the olmoe GGUF has no clamp key "
+            "and llama.cpp's olmoe graph does not clamp",
+            transformers_source=inspect.getsource(mo.OlmoeAttention.forward).splitlines(),
+            reimplementation_bitwise_equal=attn["reimplementation_bitwise_equal"],
+            variants_in_sensitivity=list(OLMOE_ATTENTION_MODES)[1:],
+        ),
+        gqa=("transformers takes num_key_value_heads < num_attention_heads (k_norm then spans "
+             "kv_heads * head_dim), but llama.cpp's olmoe loader creates attn_k_norm as {n_embd} and "
+             "the GGUF of a GQA checkpoint would not load; allenai/OLMoE-1B-7B-0924 has 16 heads and 16 "
+             "KV heads; this fixture has kv_heads = heads = 4"),
+        gguf=dict(
+            arch=meta["general.architecture"],
+            q_norm=dict(name="blk.N.attn_q_norm.weight", **tensors["blk.0.attn_q_norm.weight"]),
+            k_norm=dict(name="blk.N.attn_k_norm.weight", **tensors["blk.0.attn_k_norm.weight"]),
+            qk_permutation="none: OlmoeModel (conversion/olmo.py) does not permute q_proj / k_proj "
+            "(moe.gguf_checks q_equal true, q_equal_permuted false); llama.cpp ropes olmoe as "
+            "LLAMA_ROPE_TYPE_NEOX (pairs (i, i + head_dim/2)), transformers' rotate_half",
+            rms_eps="the converter writes olmoe.attention.layer_norm_rms_epsilon = 1e-5 literally "
+            "(OlmoeModel.set_gguf_parameters after the base class wrote config.rms_norm_eps: the key "
+            "is overwritten, with a 'Duplicated key name' warning); this checkpoint's eps is 1e-5, so "
+            "they agree",
+            expert_keys={k: v for k, v in meta.items() if "expert" in k},
+            expert_width_key="olmoe.feed_forward_length = intermediate_size (the experts' width; no "
+            "expert_feed_forward_length key, no dense FFN)",
+            no_routing_flags="no expert_weights_norm, expert_weights_scale or expert_gating_func key",
+        ),
+        llama_cpp_graph=dict(
+            source="src/models/olmoe.cpp (llama_model_olmoe::graph)",
+            attention="build_qkv(..., reshape = false): Q [n_embd, T], K/V [n_embd_gqa, T]; Qcur = "
+            "build_norm(Qcur, attn_q_norm, LLM_NORM_RMS) and Kcur = build_norm(Kcur, attn_k_norm, "
+            "LLM_NORM_RMS) over the whole rows (eps f_norm_rms_eps); then reshape to heads and "
+            "ggml_rope_ext (NEOX) on the normed q, k; scale 1/sqrt(head_dim)",
+            moe="build_moe_ffn(ffn_norm output, ffn_gate_inp, ffn_up_exps, ffn_gate_exps, ffn_down_exps, "
+            "no probs bias, n_expert, n_expert_used, LLM_FFN_SILU, norm_w = false, w_scale = "
+            "hparams.expert_weights_scale (0 by default, not read by the olmoe loader: no scaling), "
+            "LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX): softmax over all experts, top-k, the chosen "
+            "probabilities used unnormalized, as transformers with norm_topk_prob false",
+            norm_topk_prob_true_unsupported="the olmoe graph never renormalizes: a checkpoint with "
+            "norm_topk_prob true would convert without any flag and run unnormalized",
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # GGUF conversion with llama.cpp's converter
 # ---------------------------------------------------------------------------------------------
 
@@ -1453,12 +1662,19 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
             max_abs_logit_diff_per_sequence=[f32(d) for d in diffs],
             top1_changed_positions=flips,
         )
+    olmoe_attn = None
+    if fam.get("attention_ablations"):
+        olmoe_attn = olmoe_attention_checks(cls, fam, state, seqs, logits)
+        for label in fam["attention_ablations"]:
+            sens[label] = olmoe_attn.pop(label)
     if sens:
         doc["sensitivity"] = sens
     if moe:
         doc["moe"] = moe_record(fam, loaded, seqs, logits, routes, hf_tensors, summary, checks)
     if gpt_oss:
         doc["gpt_oss"] = gpt_oss_record(loaded, hub_table, hub_check, seqs)
+    if name == "olmoe":
+        doc["olmoe"] = olmoe_record(loaded, hf_tensors, summary, olmoe_attn)
     write_json(out / "logits.json", doc)
 
     report[name] = dict(
@@ -1481,6 +1697,11 @@ ROUTING = {
     "MixtralForCausalLM": "router logits = x @ block_sparse_moe.gate.weight^T (float32); p = softmax(router "
     "logits) over all experts (float32); the k largest p by torch.topk; the chosen p are always divided "
     "by their sum (float32); mlp(x) = sum over the chosen e of w_e * w2_e(silu(w1_e x) * w3_e x)",
+    "OlmoeForCausalLM": "router logits = x @ mlp.gate.weight^T (float32, x = the post-attention "
+    "RMSNorm output); p = softmax(router logits) over all experts (float32); the k largest p by "
+    "torch.topk; norm_topk_prob false: the chosen p are the weights as they are (not divided by "
+    "their sum, so they add up to less than 1); mlp(x) = sum over the chosen e of "
+    "w_e * down_e(silu(gate_e x) * up_e x)",
     "GptOssForCausalLM": "router logits = x @ mlp.router.weight^T + mlp.router.bias (float32, x = the "
     "post-attention RMSNorm output); the k largest router logits by torch.topk (no softmax over all "
     "experts first); w = softmax over the k chosen logits (float32); mlp(x) = sum over the chosen e of "
@@ -1587,7 +1808,8 @@ def check_gguf_facts(name: str, summary: dict, config) -> None:
         assert meta[f"{arch}.expert_count"] == config.num_local_experts
         assert meta[f"{arch}.expert_used_count"] == config.num_experts_per_tok
         # llama.cpp's qwen3moe and llama graphs renormalize the chosen weights unconditionally
-        # (build_moe_ffn(..., norm_w = true, ..., SOFTMAX)): the GGUF carries no such flag.
+        # (build_moe_ffn(..., norm_w = true, ..., SOFTMAX)), its olmoe graph never does (norm_w =
+        # false): the GGUF carries no such flag.
         assert not any("weights_norm" in k or "gating_func" in k for k in meta), meta.keys()
     if name.startswith("qwen3moe"):
         assert arch == "qwen3moe", arch
@@ -1595,6 +1817,19 @@ def check_gguf_facts(name: str, summary: dict, config) -> None:
         assert config.norm_topk_prob
     if name == "mixtral":
         assert arch == "llama", arch
+    if name == "olmoe":
+        assert arch == "olmoe", arch
+        assert not config.norm_topk_prob
+        # the converter overwrites the config's rms_norm_eps with a literal 1e-5
+        assert config.rms_norm_eps == 1e-5
+        assert meta["olmoe.attention.layer_norm_rms_epsilon"] == float(np.float32(1e-5))
+        assert meta["olmoe.feed_forward_length"] == config.intermediate_size  # the experts' width
+        assert not any("expert_feed_forward_length" in k or "expert_weights" in k for k in meta), meta.keys()
+        # llama.cpp's olmoe loader: attn_q_norm and attn_k_norm are {n_embd}
+        assert meta["olmoe.attention.head_count_kv"] == meta["olmoe.attention.head_count"]
+        for layer in range(config.num_hidden_layers):
+            for t in ("attn_q_norm", "attn_k_norm"):
+                assert summary["tensors"][f"blk.{layer}.{t}.weight"]["shape"] == [config.hidden_size], t
     if name == "gpt-oss":
         assert arch == "gpt-oss", arch
         assert meta["gpt-oss.expert_feed_forward_length"] == config.intermediate_size
@@ -1646,6 +1881,12 @@ def compare_tensors(name: str, reader, hf_dir: Path, config, fam: dict) -> dict:
         res["ffn_up_equal_gate_up"] = bool(np.array_equal(g["blk.0.ffn_up.weight"].reshape(gu.shape), gu))
     if "rope_freqs.weight" in g:
         res["rope_freqs"] = [f32(x) for x in g["rope_freqs.weight"]]
+    if name == "olmoe":
+        for t, hf in (("attn_q_norm", "q_norm"), ("attn_k_norm", "k_norm")):
+            res[f"{t}_equal_{hf}"] = all(
+                bool(np.array_equal(g[f"blk.{layer}.{t}.weight"], st[f"model.layers.{layer}.self_attn.{hf}.weight"]))
+                for layer in range(config.num_hidden_layers)
+            )
     if "moe" in fam and not fam["moe"].get("gpt_oss"):  # gpt-oss: gpt_oss_gguf_checks
         m = fam["moe"]
         n_exp = config.num_local_experts
