@@ -53,15 +53,17 @@ fn family_model(
 /// (family, tensor type, layers, experts): Gemma 3 with five sliding layers and a global one,
 /// Gemma 2 alternating, Phi-3's fused tensors with every layer sliding; Qwen3-MoE with 8
 /// experts, 3 per token, a Mixtral-style Llama with 4, 2 per token, and gpt-oss (MXFP4
-/// experts, sinks, a sliding and a full layer, YaRN).
+/// experts, sinks, a sliding and a full layer, YaRN) and OLMoE (q/k norms over the whole
+/// projection, weights not renormalized).
 type Experts = Option<(usize, usize)>;
-const FAMILIES: [(&str, DType, usize, Experts); 6] = [
+const FAMILIES: [(&str, DType, usize, Experts); 7] = [
     ("gemma3", DType::Q4K, 6, None),
     ("gemma2", DType::Q8_0, 2, None),
     ("phi3", DType::Q4_1, 2, None),
     ("qwen3moe", DType::Q4K, 2, Some((8, 3))),
     ("llama", DType::Q8_0, 2, Some((4, 2))),
     ("gpt-oss", DType::Q8_0, 2, Some((4, 2))),
+    ("olmoe", DType::Q4K, 2, Some((8, 2))),
 ];
 
 fn families() -> Vec<Pair> {

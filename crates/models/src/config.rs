@@ -284,10 +284,9 @@ impl ModelConfig {
                         0 => u("feed_forward_length")?,
                         w => w,
                     },
-                    // llama.cpp normalizes the chosen weights of every family we read this way.
                     norm_topk: match g.get(&key("expert_weights_norm")) {
                         Some(MetaValue::Bool(b)) => *b,
-                        _ => true,
+                        _ => family.norm_topk_gguf,
                     },
                     gating: family.gating,
                     biases: family.gpt_oss_biases,

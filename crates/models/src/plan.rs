@@ -39,6 +39,8 @@ pub struct LayerPlan {
     pub attn_softcap: Option<f32>,
     pub qkv_bias: bool,
     pub qk_norm: bool,
+    /// The q/k norms span the whole projection (OLMoE), not one head.
+    pub qk_norm_full: bool,
     /// The activation of the MLP, or of each expert.
     pub mlp: Mlp,
     /// The MLP is a mixture of experts (routed per token); `None` = one dense MLP.
@@ -97,6 +99,7 @@ impl Plan {
                     attn_softcap: cfg.attn_softcap,
                     qkv_bias: fam.qkv_bias,
                     qk_norm: fam.qk_norm,
+                    qk_norm_full: fam.qk_norm_full,
                     mlp: fam.mlp,
                     moe: cfg.moe.clone(),
                     post_norms: fam.post_norms,
@@ -206,6 +209,7 @@ impl Plan {
             add(l.mlp == Mlp::SwiGluOai, Feature::ClampedSwiGlu);
             add(l.o_bias, Feature::OutputBias);
             add(l.sinks, Feature::AttentionSinks);
+            add(l.qk_norm_full, Feature::FullQkNorm);
             add(l.post_norms, Feature::PostNorms);
             add(l.moe.is_some(), Feature::Moe);
         }
@@ -234,6 +238,8 @@ pub enum Feature {
     ClampedSwiGlu,
     OutputBias,
     AttentionSinks,
+    /// q/k RMSNorm over the whole projection.
+    FullQkNorm,
 }
 
 impl std::fmt::Display for Feature {
@@ -253,6 +259,7 @@ impl std::fmt::Display for Feature {
             Feature::ClampedSwiGlu => "gpt-oss's clamped SwiGLU",
             Feature::OutputBias => "a bias on the attention output",
             Feature::AttentionSinks => "attention sinks",
+            Feature::FullQkNorm => "q/k norms over the whole projection",
         })
     }
 }

@@ -65,6 +65,8 @@ pub struct Family {
     pub qkv_bias: bool,
     /// RMSNorm over each head of q and k before RoPE.
     pub qk_norm: bool,
+    /// The q and k norms span the whole projection, not one head (OLMoE).
+    pub qk_norm_full: bool,
     /// How GGUF files of this family lay out rotary pairs (HF checkpoints are always Neox).
     pub gguf_rope: RopeStyle,
     pub mlp: Mlp,
@@ -92,6 +94,9 @@ pub struct Family {
     /// Whether the chosen experts' weights are renormalized when the config does not say
     /// (`norm_topk_prob`).
     pub norm_topk_default: bool,
+    /// The same for GGUF files, which carry no key for it: what llama.cpp's graph of the
+    /// family does.
+    pub norm_topk_gguf: bool,
     pub gating: Gating,
     /// Biases on the attention output, the router and each expert's projections (gpt-oss).
     pub gpt_oss_biases: bool,
@@ -116,6 +121,7 @@ impl Family {
         hf_names: &[],
         qkv_bias: false,
         qk_norm: false,
+        qk_norm_full: false,
         gguf_rope: RopeStyle::Neox,
         mlp: Mlp::SwiGlu,
         post_norms: false,
@@ -132,6 +138,7 @@ impl Family {
             "mlp.experts.{e}.down_proj.weight",
         ],
         norm_topk_default: true,
+        norm_topk_gguf: true,
         gating: Gating::Softmax,
         gpt_oss_biases: false,
         sinks: false,
@@ -146,6 +153,7 @@ pub static FAMILIES: &[&Family] = &[
     &families::qwen2::FAMILY,
     &families::qwen3::FAMILY,
     &families::qwen3moe::FAMILY,
+    &families::olmoe::FAMILY,
     &families::gpt_oss::FAMILY,
     &families::gemma3::FAMILY,
     &families::gemma2::FAMILY,

@@ -322,8 +322,12 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
             tensor(p, &n("attn_v.bias"), &[kv], DType::F32);
         }
         if fam.qk_norm {
-            norm(p, &n("attn_q_norm.weight"), spec.head_dim);
-            norm(p, &n("attn_k_norm.weight"), spec.head_dim);
+            let (qn, kn) = match fam.qk_norm_full {
+                true => (q, kv),
+                false => (spec.head_dim, spec.head_dim),
+            };
+            norm(p, &n("attn_q_norm.weight"), qn);
+            norm(p, &n("attn_k_norm.weight"), kn);
         }
     }
     (w, plan)

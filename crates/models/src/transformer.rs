@@ -20,6 +20,15 @@ fn norm_rows(model: &Model, x: &[f32], w: &[f32], out: &mut [f32]) {
     }
 }
 
+/// Each row of `x` (`w.len()` values) RMS-normed by `w`, in place.
+fn norm_in_place(model: &Model, x: &mut [f32], w: &[f32]) {
+    let mut out = vec![0f32; w.len()];
+    for row in x.chunks_exact_mut(w.len()) {
+        rms_norm(model.level, row, w, model.config.norm_eps, &mut out);
+        row.copy_from_slice(&out);
+    }
+}
+
 /// `cap * tanh(x / cap)` on every value (a pruned head's -inf stays -inf).
 fn soft_cap(x: &mut [f32], cap: Option<f32>) {
     if let Some(cap) = cap {
@@ -126,8 +135,13 @@ impl LayerOps for CpuPass<'_> {
         add_bias(&mut self.k, &lw.bk);
         add_bias(&mut self.v, &lw.bv);
         if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-            rms_norm_heads(level, &mut self.q, qn, cfg.norm_eps);
-            rms_norm_heads(level, &mut self.k, kn, cfg.norm_eps);
+            if lp.qk_norm_full {
+                norm_in_place(model, &mut self.q, qn);
+                norm_in_place(model, &mut self.k, kn);
+            } else {
+                rms_norm_heads(level, &mut self.q, qn, cfg.norm_eps);
+                rms_norm_heads(level, &mut self.k, kn, cfg.norm_eps);
+            }
         }
         let rope = &model.ropes[lp.rope];
         let style = model.plan.ropes[lp.rope].style;

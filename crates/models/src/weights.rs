@@ -311,6 +311,14 @@ pub fn bind<'a>(
     // Grown as layers bind (not reserved from `block_count`, which a corrupt file can make huge:
     // the first missing tensor ends the loop).
     let mut layers = Vec::new();
+    // A q/k norm's width: one head, or the whole projection (OLMoE).
+    let qk_width = |whole: usize| {
+        if fam.qk_norm_full {
+            whole
+        } else {
+            cfg.head_dim
+        }
+    };
     for i in 0..cfg.n_layers {
         let n = |w: &str| naming.layer(i, w, fam);
         let [wq, wk, wv] = if fam.fused {
@@ -351,8 +359,8 @@ pub fn bind<'a>(
             bv: b.opt_vector(&n("attn_v.bias"), kv, fam.qkv_bias)?,
             bo: b.opt_vector(&n("attn_output.bias"), d, fam.gpt_oss_biases)?,
             sinks: b.opt_vector(&n("attn_sinks.weight"), cfg.n_heads, fam.sinks)?,
-            q_norm: b.opt_norm(&n("attn_q_norm.weight"), cfg.head_dim, fam.qk_norm, off)?,
-            k_norm: b.opt_norm(&n("attn_k_norm.weight"), cfg.head_dim, fam.qk_norm, off)?,
+            q_norm: b.opt_norm(&n("attn_q_norm.weight"), qk_width(q), fam.qk_norm, off)?,
+            k_norm: b.opt_norm(&n("attn_k_norm.weight"), qk_width(kv), fam.qk_norm, off)?,
             ffn_norm: b.norm(&n(fam.gguf_ffn_norm), d, off)?,
             post_attn_norm: b.opt_norm(&n("post_attention_norm.weight"), d, post, off)?,
             post_ffn_norm: b.opt_norm(&n("post_ffw_norm.weight"), d, post, off)?,

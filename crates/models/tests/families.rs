@@ -213,6 +213,7 @@ fn family_of(fixture: &str) -> &'static str {
     match fixture {
         "llama" | "llama3" | "mistral" | "mixtral" => "llama",
         "qwen3moe" | "qwen3moe_ties" => "qwen3moe",
+        "olmoe" => "olmoe",
         "gpt-oss" => "gpt-oss",
         "qwen2" => "qwen2",
         "qwen3" => "qwen3",

@@ -91,6 +91,7 @@ fn chunking_and_threads_do_not_change_a_bit() {
     let moe = [
         moe_like("qwen3moe", DType::Q4K, 8, 3),
         moe_like("llama", DType::Q8_0, 4, 2),
+        moe_like("olmoe", DType::Q4K, 8, 2),
         gpt_oss_like(),
     ];
     for spec in dense.into_iter().chain(moe) {
