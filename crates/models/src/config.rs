@@ -319,8 +319,25 @@ impl ModelConfig {
                     .collect::<Vec<_>>()
                     .join(", "),
             })?;
-        if let Some(why) = family.hf_unsupported {
-            return Err(err(why.to_string()));
+        if config
+            .get("quantization_config")
+            .and_then(|q| q.get("quant_method"))
+            .is_some_and(|m| m != "none")
+        {
+            return Err(err(
+                "quantized safetensors checkpoints (quantization_config) are not read: use a \
+                 float checkpoint or a GGUF conversion (llama.cpp's convert_hf_to_gguf.py keeps \
+                 gpt-oss's MXFP4 experts as they are)"
+                    .into(),
+            ));
+        }
+        if let Some(limit) = config.get("swiglu_limit").and_then(Value::as_f64) {
+            if family.mlp == registry::Mlp::SwiGluOai && limit as f32 != registry::OAI_LIMIT {
+                return Err(err(format!(
+                    "swiglu_limit {limit} is not supported (gpt-oss's {} is)",
+                    registry::OAI_LIMIT
+                )));
+            }
         }
         let u = |k: &str| -> Result<usize> {
             config

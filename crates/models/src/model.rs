@@ -3,7 +3,7 @@
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::plan::Plan;
-use crate::weights::{bind, Naming, Panels, Weights};
+use crate::weights::{bind, Arena, Naming, Panels, Weights};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use tf_core::{BlockId, DType, TokenId};
@@ -48,6 +48,8 @@ pub enum Source {
 pub struct Model {
     // Declared first so it is dropped before the storage it borrows from.
     pub(crate) weights: Weights<'static>,
+    /// Weights relaid out at load, which `weights` may borrow (dropped after it).
+    _arena: Box<Arena>,
     /// The matrices in panel layout for the CPU kernels, made on first CPU use.
     panels: OnceLock<Panels>,
     pub config: ModelConfig,
@@ -96,12 +98,17 @@ impl Model {
         // does not move when the `Arc` moves.
         let src: &'static dyn TensorSource =
             unsafe { std::mem::transmute::<&dyn TensorSource, &'static dyn TensorSource>(src) };
-        let weights = bind(src, naming, &config)?;
+        let arena = Box::<Arena>::default();
+        // SAFETY: as for `src`: the arena is boxed (its address never changes), stored in the
+        // same `Model` after `weights` (so dropped after it), and never replaced.
+        let arena_ref: &'static Arena = unsafe { &*(arena.as_ref() as *const Arena) };
+        let weights = bind(src, arena_ref, naming, &config)?;
         let plan = Plan::new(&config, weights.rope_freqs.as_deref());
         let table_len = config.context_len.min(ROPE_TABLE_MAX);
         let ropes = plan.ropes.iter().map(|r| r.table(table_len)).collect();
         Ok(Model {
             weights,
+            _arena: arena,
             panels: OnceLock::new(),
             config,
             plan,

@@ -105,9 +105,10 @@ pub struct Family {
     /// The GGUF name (inside `blk.N.`) of the norm before the feed-forward (gpt-oss's converter
     /// writes `post_attention_norm`).
     pub gguf_ffn_norm: &'static str,
-    /// Hugging Face checkpoints of this family are not read yet (their tensors need a layout
-    /// change at load); the message says what to use instead.
-    pub hf_unsupported: Option<&'static str>,
+    /// Hugging Face checkpoints hold all experts in two tensors, `mlp.experts.gate_up_proj`
+    /// (`[experts, d_model, 2 * width]`, gate and up interleaved) and `mlp.experts.down_proj`
+    /// (`[experts, width, d_model]`), with biases: gpt-oss. They are relaid out at load.
+    pub hf_fused_experts: bool,
     /// YaRN's correction range rounded to whole dimensions when the file does not say
     /// (`truncate`; llama.cpp always rounds, gpt-oss does not).
     pub yarn_truncate_default: bool,
@@ -143,7 +144,7 @@ impl Family {
         gpt_oss_biases: false,
         sinks: false,
         gguf_ffn_norm: "ffn_norm.weight",
-        hf_unsupported: None,
+        hf_fused_experts: false,
         yarn_truncate_default: true,
     };
 }

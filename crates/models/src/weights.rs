@@ -124,6 +124,23 @@ pub struct Weights<'a> {
 
 struct Binder<'a> {
     src: &'a dyn TensorSource,
+    arena: &'a Arena,
+}
+
+/// Weights relaid out at load (a checkpoint layout the kernels cannot read in place), kept
+/// as long as the model.
+#[derive(Default)]
+pub struct Arena(std::sync::Mutex<Vec<Box<[u8]>>>);
+
+impl Arena {
+    fn keep(&self, bytes: Vec<u8>) -> &[u8] {
+        let b = bytes.into_boxed_slice();
+        let (ptr, len) = (b.as_ptr(), b.len());
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(b);
+        // SAFETY: a boxed slice's heap block never moves when the box does, and the arena
+        // only ever adds boxes, so the block lives as long as the arena.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    }
 }
 
 impl<'a> Binder<'a> {
@@ -212,7 +229,9 @@ impl<'a> Binder<'a> {
             Naming::Hf => format!("model.layers.{layer}.{}", fam.hf_experts[0]),
         };
         let router = self.matrix(&router, d, e)?;
-        // Biases exist only in GGUF form here (HF gpt-oss checkpoints are refused earlier).
+        if naming == Naming::Hf && fam.hf_fused_experts {
+            return self.fused_experts(layer, fam, d, moe, router);
+        }
         let gguf = |what: &str| format!("blk.{layer}.{what}");
         let router_bias = self.opt_vector(&gguf("ffn_gate_inp.bias"), e, moe.biases)?;
         let biases = match moe.biases {
@@ -282,6 +301,87 @@ impl<'a> Binder<'a> {
         })
     }
 
+    /// gpt-oss's float checkpoint: `gate_up_proj` `[experts, d, 2f]` (gate and up interleaved
+    /// along the last axis) and `down_proj` `[experts, f, d]`, i.e. every matrix stored input
+    /// by output; each expert's gate, up and down copied out as rows of inputs (the kernels'
+    /// layout), in the file's float type.
+    fn fused_experts(
+        &self,
+        layer: usize,
+        fam: &Family,
+        d: usize,
+        moe: &MoeConfig,
+        router: WeightMatrix<'a>,
+    ) -> Result<Experts<'a>> {
+        let (e, f) = (moe.experts, moe.expert_ffn);
+        let name = |what: &str| format!("model.layers.{layer}.{what}");
+        let gate_up = self.view(&name(fam.hf_experts[1]), &[2 * f, d, e])?;
+        let down = self.view(&name(fam.hf_experts[3]), &[d, f, e])?;
+        if gate_up.dtype.block_elems() != 1 || down.dtype != gate_up.dtype {
+            return Err(ModelError::BadShape {
+                source_path: self.src.describe(),
+                name: name(fam.hf_experts[1]),
+                expected: vec![2 * f, d, e],
+                found: gate_up.dims.to_vec(),
+            });
+        }
+        let es = gate_up.dtype.block_bytes();
+        let arena: &'a Arena = self.arena;
+        // out[x][row][col] = src[x][col][row * stride + offset] for each expert x.
+        let transpose = |src: &[u8], rows: usize, cols: usize, stride: usize, offset: usize| {
+            let mut out = Vec::with_capacity(e * rows * cols * es);
+            for x in 0..e {
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let at = ((x * cols + c) * stride + r * (stride / rows) + offset) * es;
+                        out.extend_from_slice(&src[at..at + es]);
+                    }
+                }
+            }
+            arena.keep(out)
+        };
+        let gates = transpose(gate_up.data, f, d, 2 * f, 0);
+        let ups = transpose(gate_up.data, f, d, 2 * f, 1);
+        let downs = transpose(down.data, d, f, d, 0);
+        let one = |all: &'a [u8], k: usize, n: usize, x: usize| {
+            let len = k * n * es;
+            WeightMatrix::new(gate_up.dtype, k, n, &all[x * len..(x + 1) * len])
+                .expect("a whole expert's matrix")
+        };
+        let experts = (0..e)
+            .map(|x| Mlp {
+                gate: one(gates, d, f, x),
+                up: one(ups, d, f, x),
+                down: one(downs, f, d, x),
+            })
+            .collect();
+        let bias = |what: &str, n: usize| -> Result<Vec<f32>> {
+            Ok(self.view(&name(what), &[n, e])?.to_f32()?)
+        };
+        let gate_up_b = bias("mlp.experts.gate_up_proj_bias", 2 * f)?;
+        let pick = |offset: usize| -> Vec<f32> {
+            gate_up_b.iter().skip(offset).step_by(2).copied().collect()
+        };
+        let biases = moe.biases.then(|| ExpertBiases {
+            gate: pick(0),
+            up: pick(1),
+            down: Vec::new(),
+        });
+        let biases = match biases {
+            Some(b) => Some(ExpertBiases {
+                down: bias("mlp.experts.down_proj_bias", d)?,
+                ..b
+            }),
+            None => None,
+        };
+        Ok(Experts {
+            router,
+            router_bias: self.opt_vector(&name("mlp.router.bias"), e, moe.biases)?,
+            experts,
+            biases,
+        })
+    }
+
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         Ok(self.view(name, &[n])?.to_f32()?)
     }
@@ -296,10 +396,11 @@ impl<'a> Binder<'a> {
 
 pub fn bind<'a>(
     src: &'a dyn TensorSource,
+    arena: &'a Arena,
     naming: Naming,
     cfg: &ModelConfig,
 ) -> Result<Weights<'a>> {
-    let b = Binder { src };
+    let b = Binder { src, arena };
     let (d, q, kv, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
     let embed = b.view(naming.global("embed"), &[d, cfg.vocab])?;
     let (output, tied_output) = match src.tensor(naming.global("output")) {

@@ -79,3 +79,26 @@ fn a_zero_window_means_full_attention() {
     let m = Model::from_gguf(GgufFile::from_bytes(w.to_bytes(), "w0.gguf").unwrap()).unwrap();
     assert!(m.plan.layers.iter().all(|l| l.window.is_none()));
 }
+
+/// A quantized safetensors checkpoint (the hub's MXFP4 gpt-oss) is refused with the way that
+/// works, and gpt-oss's activation limit is checked.
+#[test]
+fn quantized_checkpoints_and_other_limits_are_refused_by_name() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/families/gpt-oss/hf/config.json");
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir).unwrap()).unwrap();
+    assert!(tf_models::ModelConfig::from_hf(&base, "hf").is_ok());
+    let mut q = base.clone();
+    q["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    let err = tf_models::ModelConfig::from_hf(&q, "hf")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("quantized") && err.contains("GGUF"), "{err}");
+    let mut l = base;
+    l["swiglu_limit"] = serde_json::json!(9.0);
+    let err = tf_models::ModelConfig::from_hf(&l, "hf")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("swiglu_limit 9"), "{err}");
+}

@@ -36,9 +36,6 @@ const CLEAR_MARGIN: f64 = 1e-2;
 /// always does.
 const GGUF_AS_PRIMARY: &[&str] = &["phi3", "gpt-oss"];
 
-/// Families whose safetensors checkpoints we refuse (with a message naming the way that works).
-const HF_REFUSED: &[&str] = &["gpt-oss"];
-
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/families")
 }
@@ -179,10 +176,6 @@ fn every_family_matches_transformers_from_safetensors_and_gguf() {
             Some(g) if !GGUF_AS_PRIMARY.contains(&name.as_str()) => &g["outputs"],
             _ => primary,
         };
-        if HF_REFUSED.contains(&name.as_str()) {
-            let err = Model::load(&dir.join("hf")).err().expect("refused");
-            assert!(err.to_string().contains("GGUF"), "{name}: {err}");
-        }
         // A file of every tensor in F32 where the released one is quantized (gpt-oss's MXFP4
         // experts: see `gpt_oss_mxfp4_file_tracks_transformers`).
         let gguf = match dir.join("model-f32.gguf") {
@@ -193,9 +186,6 @@ fn every_family_matches_transformers_from_safetensors_and_gguf() {
             ("safetensors", dir.join("hf"), primary),
             ("gguf", gguf, gguf_ref),
         ] {
-            if format == "safetensors" && HF_REFUSED.contains(&name.as_str()) {
-                continue;
-            }
             let what = format!("{name} ({format})");
             let model = Model::load(&path).unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(model.config.family.name, family_of(&name), "{what}");
@@ -234,9 +224,6 @@ fn every_family_is_row_exact_under_chunking() {
         let fixture = read_json(&dir.join("logits.json"));
         let tokens = sequence(&fixture, 2);
         for path in [dir.join("hf"), dir.join("model.gguf")] {
-            if path.ends_with("hf") && HF_REFUSED.contains(&name.as_str()) {
-                continue;
-            }
             let model = Model::load(&path).unwrap();
             let whole = logits(&model, &pool, &tokens, tokens.len());
             for (chunk, p) in [(1, &one), (5, &pool), (13, &pool), (16, &one)] {

@@ -1,7 +1,8 @@
 //! gpt-oss (OpenAI, 2025): a mixture of experts in every layer (top k of the router's scores
 //! plus a bias, softmax over those k; experts with biases and a clamped SwiGLU, stored as MXFP4),
 //! attention with biases on q, k, v and the output and one sink logit per head, sliding-window
-//! (128) and full layers alternating (the first slides), YaRN-scaled RoPE in Neox pairs.
+//! (128) and full layers alternating (the first slides), YaRN-scaled RoPE in Neox pairs. Float
+//! safetensors checkpoints hold the experts fused and interleaved; they are relaid out at load.
 use crate::registry::{Gating, Mlp, Windows};
 use crate::Family;
 
@@ -16,10 +17,21 @@ pub static FAMILY: Family = Family {
     gpt_oss_biases: true,
     sinks: true,
     gguf_ffn_norm: "post_attention_norm.weight",
-    hf_unsupported: Some(
-        "gpt-oss safetensors checkpoints (fused, interleaved expert tensors) are not read yet: \
-         use a GGUF conversion (llama.cpp's convert_hf_to_gguf.py writes its MXFP4 experts as they are)",
-    ),
+    hf_fused_experts: true,
+    hf_experts: [
+        "mlp.router.weight",
+        "mlp.experts.gate_up_proj",
+        "mlp.experts.gate_up_proj",
+        "mlp.experts.down_proj",
+    ],
+    hf_tensors: &[
+        (
+            "post_attention_norm.weight",
+            "post_attention_layernorm.weight",
+        ),
+        ("attn_output.bias", "self_attn.o_proj.bias"),
+        ("attn_sinks.weight", "self_attn.sinks"),
+    ],
     yarn_truncate_default: false,
     ..Family::LLAMA_LIKE
 };
