@@ -18,6 +18,9 @@ qwen3moe, qwen3moe_ties, mixtral, gpt-oss, olmoe):
   config.json and model.safetensors.
 - model-f32.gguf (gpt-oss only): hf/ converted by the same code with every tensor F32, the experts
   too, beside model.gguf's MXFP4 experts (see gpt-oss below).
+- hf-mxfp4/config.json + hf-mxfp4/model.safetensors (gpt-oss only): the same checkpoint in the
+  format real gpt-oss checkpoints ship in (MXFP4 experts, see gpt-oss below), for testing a loader
+  of that format; model.gguf is converted from it.
 - logits.json: transformers' (eager attention, float32, CPU, one thread) output on three fixed
   token sequences (lengths 12, 40, 70; ids seeded, in [0, vocab)): per position the top-5 ids,
   their float32 logits and float64 log-probabilities (log_softmax in float64 of the float32
@@ -103,13 +106,28 @@ E8M0 scale = 127 + floor(log2 max|x|) - 2, nearest E2M1 value) and the dequantiz
 in float32) are the model's weights, so hf/ (float32, transformers' fused layout as save_pretrained
 writes it: mlp.experts.gate_up_proj [E, hidden, 2*inter] with gate/up interleaved along the last
 axis, down_proj [E, inter, hidden], their biases, mlp.router.{weight,bias}, self_attn.sinks) and
-the MXFP4 GGUF hold the same values. The converter reads a staging checkpoint in the hub's packed
-layout (mlp.experts.{gate_up,down}_proj_{blocks,scales}, rope_scaling, quantization_config
-{quant_method: mxfp4}), as openai/gpt-oss-20b ships; its GGUF carries ffn_{gate,up,down}_exps as
-MXFP4 (type 39), everything else F32. Asserted: transformers itself (Mxfp4Config(dequantize=True))
-reads the staging checkpoint to exactly hf/'s weights; gguf-py's MXFP4 dequantize of the GGUF's
-expert tensors equals hf/'s gate (even columns of gate_up_proj), up (odd) and down matrices; the
-raw GGUF blocks equal our own ggml packing (scale byte, then byte j = element j | element j+16 << 4).
+the MXFP4 GGUF hold the same values. hf-mxfp4/ is the checkpoint in the hub's packed layout, as
+openai/gpt-oss-20b ships it: config.json with rope_theta + rope_scaling and quantization_config
+{quant_method: mxfp4, modules_to_not_convert as the hub's}; in model.safetensors, per layer
+mlp.experts.gate_up_proj_blocks [E, 2*inter, hidden/32, 16] and gate_up_proj_scales
+[E, 2*inter, hidden/32], down_proj_blocks [E, hidden, inter/32, 16] and down_proj_scales
+[E, hidden, inter/32], all uint8, in place of hf/'s two float expert matrices; every other
+tensor (expert biases, router, sinks, attention, norms, embeddings, head) is hf/'s own, float32
+(the hub's are bfloat16). Row r of a gate_up tensor is output feature r of gate_up: even rows
+gate, odd rows up (interleaved, as hf/'s gate_up_proj columns); each row is blocks of 32 along the
+input; in a block's 16 bytes byte i holds element 2i in the low nibble and element 2i + 1 in the
+high nibble (a 4-bit E2M1 code: bit 3 the sign); a scale byte s (E8M0) scales its block by
+2^(s - 127). It is for loading the hub format: its MXFP4 experts are the very integers of
+model.gguf's (same codes and scale bytes, repacked as ggml's block_mxfp4 by the converter), so a
+loader can compare its reading of hf-mxfp4/ against its reading of model.gguf bit for bit, and
+both dequantize exactly to hf/'s floats. The converter reads hf-mxfp4/ for model.gguf; the GGUF
+carries ffn_{gate,up,down}_exps as MXFP4 (type 39), everything else F32. Asserted: hf-mxfp4/'s
+tensors are exactly those (names, shapes, dtypes), its non-expert tensors byte-equal hf/'s, its
+blocks unpack to the quantization's codes and dequantize to hf/'s matrices; transformers itself
+(Mxfp4Config(dequantize=True)) reads hf-mxfp4/ to exactly hf/'s weights; gguf-py's MXFP4
+dequantize of the GGUF's expert tensors equals hf/'s gate (even columns of gate_up_proj), up (odd)
+and down matrices; the raw GGUF blocks equal our own ggml packing of the same codes and scale
+bytes (scale byte, then byte j = element j | element j+16 << 4).
 model-f32.gguf is the same checkpoint converted from hf/ itself (float32 fused experts, no
 quantization_config: the converter transposes gate_up_proj / down_proj and splits gate_up into
 ffn_gate_exps (even columns) and ffn_up_exps (odd), warning "not in MXFP4"), so every tensor is
@@ -124,8 +142,8 @@ non-expert one byte-equal to model.gguf's, and ffn_{gate,up,down}_exps equal hf/
 down matrices exactly. gguf_reading applies to both files.
 logits.json's `gpt_oss` section records the SwiGLU and router code of the installed transformers,
 the clamp counts, the sink rule, the YaRN inverse frequencies (truncate false / true) and
-attention factor, the E2M1 table, both MXFP4 byte layouts and the staging checkpoint's config and
-tensors.
+attention factor, the E2M1 table, both MXFP4 byte layouts and hf-mxfp4/'s config and tensors
+(mxfp4.hub_config, mxfp4.hub_tensors).
 
 Run (deterministic: a rerun rewrites identical files):
 
@@ -973,6 +991,48 @@ def write_gpt_oss_hub(hf_dir: Path, mx: list[dict], dst: Path) -> dict:
     return dict(config=json.loads((dst / "config.json").read_text()), tensors=hf_tensor_table(dst))
 
 
+def check_gpt_oss_hub_format(hub_dir: Path, hf_dir: Path, mx: list[dict], config) -> None:
+    """hf-mxfp4/ as the hub ships it: per layer the four uint8 expert tensors (shapes of
+    openai/gpt-oss-20b's, toy sized) in place of hf/'s two float expert matrices, every other tensor
+    hf/'s own bytes (float32); the blocks unpack (low nibble = element 2i, high = 2i + 1) to the
+    quantization's codes, which dequantize (E2M1[code] * 2^(scale - 127)) to hf/'s matrices
+    transposed; gate_up's even rows are hf/'s gate columns (0::2), odd rows its up columns (1::2)."""
+    from safetensors.numpy import load_file
+
+    hub, hf = load_file(str(hub_dir / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
+    n_exp, hid, ff = config.num_local_experts, config.hidden_size, config.intermediate_size
+    G = MXFP4_BLOCK
+    want_names = set()
+    for layer in range(config.num_hidden_layers):
+        pre = f"model.layers.{layer}.mlp.experts."
+        shapes = {
+            "gate_up_proj_blocks": (n_exp, 2 * ff, hid // G, G // 2),
+            "gate_up_proj_scales": (n_exp, 2 * ff, hid // G),
+            "down_proj_blocks": (n_exp, hid, ff // G, G // 2),
+            "down_proj_scales": (n_exp, hid, ff // G),
+        }
+        for k, shape in shapes.items():
+            v = hub[pre + k]
+            assert v.dtype == np.uint8 and v.shape == shape, (pre + k, v.dtype, v.shape)
+            want_names.add(pre + k)
+        for proj in ("gate_up_proj", "down_proj"):
+            blocks, scales = hub[pre + proj + "_blocks"], hub[pre + proj + "_scales"]
+            codes = np.stack([blocks & 15, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], G)
+            assert np.array_equal(codes, mx[layer][proj][0]) and np.array_equal(scales, mx[layer][proj][1])
+            deq = mxfp4_dequantize(codes, scales)  # [E, out, in]
+            assert np.array_equal(deq, hf[pre + proj].transpose(0, 2, 1)), pre + proj
+            if proj == "gate_up_proj":
+                assert np.array_equal(deq[:, 0::2], hf[pre + proj][:, :, 0::2].transpose(0, 2, 1))
+                assert np.array_equal(deq[:, 1::2], hf[pre + proj][:, :, 1::2].transpose(0, 2, 1))
+    for name, v in hf.items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            assert name not in hub, name
+            continue
+        want_names.add(name)
+        assert hub[name].dtype == np.float32 and hub[name].tobytes() == v.tobytes(), name
+    assert set(hub) == want_names, sorted(set(hub) ^ want_names)
+
+
 def check_gpt_oss_hf_format(table: dict, config) -> None:
     """save_pretrained writes gpt-oss's experts as transformers holds them: fused, input first,
     gate and up interleaved along the last axis of gate_up_proj (even = gate, odd = up)."""
@@ -1579,13 +1639,16 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
 
     gguf_path = out / "model.gguf"
     if gpt_oss:
-        # the converter reads gpt-oss in the hub's MXFP4 layout (as openai/gpt-oss-20b ships)
-        with tempfile.TemporaryDirectory() as tmp:
-            hub_dir = Path(tmp)
-            hub_table = write_gpt_oss_hub(hf_dir, mx, hub_dir)
-            hub_check = hub_reload_check(hub_dir, state)
-            assert hub_check["expert_matrices_bitwise_equal"] and hub_check["other_tensors_bitwise_equal"], hub_check
-            convert_to_gguf(hub_dir, name, gguf_path)
+        # the converter reads gpt-oss in the hub's MXFP4 layout (as openai/gpt-oss-20b ships):
+        # hf-mxfp4/, committed beside hf/ for the loaders of that format
+        hub_dir = out / "hf-mxfp4"
+        hub_dir.mkdir()
+        hub_table = write_gpt_oss_hub(hf_dir, mx, hub_dir)
+        check_gpt_oss_hub_format(hub_dir, hf_dir, mx, loaded.config)
+        hub_check = hub_reload_check(hub_dir, state)
+        assert hub_check["expert_matrices_bitwise_equal"] and hub_check["other_tensors_bitwise_equal"], hub_check
+        convert_to_gguf(hub_dir, name, gguf_path)
+        assert sorted(os.listdir(hub_dir)) == ["config.json", "model.safetensors"], os.listdir(hub_dir)
     else:
         convert_to_gguf(hf_dir, name, gguf_path)
     summary = gguf_summary(gguf_path)
