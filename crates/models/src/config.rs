@@ -319,15 +319,16 @@ impl ModelConfig {
                     .collect::<Vec<_>>()
                     .join(", "),
             })?;
-        if config
+        let quant = config
             .get("quantization_config")
             .and_then(|q| q.get("quant_method"))
-            .is_some_and(|m| m != "none")
-        {
+            .and_then(Value::as_str);
+        // gpt-oss's own MXFP4 experts are read as they are; other quantized layouts are not.
+        let own_mxfp4 = quant == Some("mxfp4") && family.hf_fused_experts;
+        if quant.is_some_and(|m| m != "none") && !own_mxfp4 {
             return Err(err(
-                "quantized safetensors checkpoints (quantization_config) are not read: use a \
-                 float checkpoint or a GGUF conversion (llama.cpp's convert_hf_to_gguf.py keeps \
-                 gpt-oss's MXFP4 experts as they are)"
+                "quantized safetensors checkpoints (quantization_config) are not read, but for \
+                 gpt-oss's MXFP4 experts: use a float checkpoint or a GGUF conversion"
                     .into(),
             ));
         }

@@ -303,8 +303,8 @@ impl<'a> Binder<'a> {
 
     /// gpt-oss's float checkpoint: `gate_up_proj` `[experts, d, 2f]` (gate and up interleaved
     /// along the last axis) and `down_proj` `[experts, f, d]`, i.e. every matrix stored input
-    /// by output; each expert's gate, up and down copied out as rows of inputs (the kernels'
-    /// layout), in the file's float type.
+    /// by output, or the same in the hub's MXFP4 blocks; each expert's gate, up and down copied
+    /// out as rows of inputs (the kernels' layout), and the interleaved biases split.
     fn fused_experts(
         &self,
         layer: usize,
@@ -315,12 +315,128 @@ impl<'a> Binder<'a> {
     ) -> Result<Experts<'a>> {
         let (e, f) = (moe.experts, moe.expert_ffn);
         let name = |what: &str| format!("model.layers.{layer}.{what}");
-        let gate_up = self.view(&name(fam.hf_experts[1]), &[2 * f, d, e])?;
-        let down = self.view(&name(fam.hf_experts[3]), &[d, f, e])?;
+        let (gate_up, down) = (name(fam.hf_experts[1]), name(fam.hf_experts[3]));
+        let experts = match self.hub_mxfp4(&gate_up, &down, d, moe)? {
+            Some(experts) => experts,
+            None => self.float_experts(&gate_up, &down, d, moe)?,
+        };
+        let bias = |what: &str, n: usize| -> Result<Vec<f32>> {
+            Ok(self.view(&name(what), &[n, e])?.to_f32()?)
+        };
+        let gate_up_b = bias("mlp.experts.gate_up_proj_bias", 2 * f)?;
+        let pick = |offset: usize| -> Vec<f32> {
+            gate_up_b.iter().skip(offset).step_by(2).copied().collect()
+        };
+        let biases = match moe.biases {
+            true => Some(ExpertBiases {
+                gate: pick(0),
+                up: pick(1),
+                down: bias("mlp.experts.down_proj_bias", d)?,
+            }),
+            false => None,
+        };
+        Ok(Experts {
+            router,
+            router_bias: self.opt_vector(&name("mlp.router.bias"), e, moe.biases)?,
+            experts,
+            biases,
+        })
+    }
+
+    /// The hub's MXFP4 layout (`{gate_up,down}_proj_blocks` `[experts, out, in/32, 16]` and
+    /// `_scales` `[experts, out, in/32]`, raw bytes; gate and up in alternate rows), repacked
+    /// into GGUF's MXFP4 blocks (the scale byte, then element j in the low nibble of byte j
+    /// and element j + 16 in its high one; the hub packs elements 2i and 2i + 1 in byte i):
+    /// the same integers, so the file computes what its GGUF conversion does. `None` when the
+    /// checkpoint is not in this layout.
+    fn hub_mxfp4(
+        &self,
+        gate_up: &str,
+        down: &str,
+        d: usize,
+        moe: &MoeConfig,
+    ) -> Result<Option<Vec<Mlp<'a>>>> {
+        let (e, f) = (moe.experts, moe.expert_ffn);
+        let part = |base: &str, what: &str, dims: &[usize]| -> Result<Option<&'a [u8]>> {
+            let name = format!("{base}_{what}");
+            match self.src.raw_bytes(&name) {
+                None => Ok(None),
+                Some((found, data)) if found == dims => Ok(Some(data)),
+                Some((found, _)) => Err(ModelError::BadShape {
+                    source_path: self.src.describe(),
+                    name,
+                    expected: dims.to_vec(),
+                    found: found.to_vec(),
+                }),
+            }
+        };
+        let (Some(gb), Some(gs), Some(db), Some(ds)) = (
+            part(gate_up, "blocks", &[16, d / 32, 2 * f, e])?,
+            part(gate_up, "scales", &[d / 32, 2 * f, e])?,
+            part(down, "blocks", &[16, f / 32, d, e])?,
+            part(down, "scales", &[f / 32, d, e])?,
+        ) else {
+            return Ok(None);
+        };
+        let arena: &'a Arena = self.arena;
+        // Rows `rows` (output features, of `k / 32` blocks each) of expert x's tensor, repacked.
+        let repack = |blocks: &[u8],
+                      scales: &[u8],
+                      n_rows: usize,
+                      k: usize,
+                      x: usize,
+                      rows: &mut dyn Iterator<Item = usize>| {
+            let kb = k / 32;
+            let mut out = Vec::new();
+            for r in rows {
+                for b in 0..kb {
+                    let at = (x * n_rows + r) * kb + b;
+                    let hub = &blocks[16 * at..16 * at + 16];
+                    let v = |i: usize| (hub[i / 2] >> (4 * (i % 2))) & 0xF;
+                    out.push(scales[at]);
+                    out.extend((0..16).map(|j| v(j) | (v(j + 16) << 4)));
+                }
+            }
+            arena.keep(out)
+        };
+        let matrix = |data: &'a [u8], k: usize, n: usize| {
+            WeightMatrix::new(DType::MXFP4, k, n, data).expect("whole MXFP4 blocks")
+        };
+        Ok(Some(
+            (0..e)
+                .map(|x| Mlp {
+                    gate: matrix(
+                        repack(gb, gs, 2 * f, d, x, &mut (0..f).map(|j| 2 * j)),
+                        d,
+                        f,
+                    ),
+                    up: matrix(
+                        repack(gb, gs, 2 * f, d, x, &mut (0..f).map(|j| 2 * j + 1)),
+                        d,
+                        f,
+                    ),
+                    down: matrix(repack(db, ds, d, f, x, &mut (0..d)), f, d),
+                })
+                .collect(),
+        ))
+    }
+
+    /// The float layout: `gate_up` `[experts, d, 2f]` and `down` `[experts, f, d]`.
+    fn float_experts(
+        &self,
+        gate_up: &str,
+        down: &str,
+        d: usize,
+        moe: &MoeConfig,
+    ) -> Result<Vec<Mlp<'a>>> {
+        let (e, f) = (moe.experts, moe.expert_ffn);
+        let gate_up_name = gate_up;
+        let gate_up = self.view(gate_up, &[2 * f, d, e])?;
+        let down = self.view(down, &[d, f, e])?;
         if gate_up.dtype.block_elems() != 1 || down.dtype != gate_up.dtype {
             return Err(ModelError::BadShape {
                 source_path: self.src.describe(),
-                name: name(fam.hf_experts[1]),
+                name: gate_up_name.to_string(),
                 expected: vec![2 * f, d, e],
                 found: gate_up.dims.to_vec(),
             });
@@ -348,38 +464,13 @@ impl<'a> Binder<'a> {
             WeightMatrix::new(gate_up.dtype, k, n, &all[x * len..(x + 1) * len])
                 .expect("a whole expert's matrix")
         };
-        let experts = (0..e)
+        Ok((0..e)
             .map(|x| Mlp {
                 gate: one(gates, d, f, x),
                 up: one(ups, d, f, x),
                 down: one(downs, f, d, x),
             })
-            .collect();
-        let bias = |what: &str, n: usize| -> Result<Vec<f32>> {
-            Ok(self.view(&name(what), &[n, e])?.to_f32()?)
-        };
-        let gate_up_b = bias("mlp.experts.gate_up_proj_bias", 2 * f)?;
-        let pick = |offset: usize| -> Vec<f32> {
-            gate_up_b.iter().skip(offset).step_by(2).copied().collect()
-        };
-        let biases = moe.biases.then(|| ExpertBiases {
-            gate: pick(0),
-            up: pick(1),
-            down: Vec::new(),
-        });
-        let biases = match biases {
-            Some(b) => Some(ExpertBiases {
-                down: bias("mlp.experts.down_proj_bias", d)?,
-                ..b
-            }),
-            None => None,
-        };
-        Ok(Experts {
-            router,
-            router_bias: self.opt_vector(&name("mlp.router.bias"), e, moe.biases)?,
-            experts,
-            biases,
-        })
+            .collect())
     }
 
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {

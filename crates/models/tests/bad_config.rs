@@ -80,7 +80,7 @@ fn a_zero_window_means_full_attention() {
     assert!(m.plan.layers.iter().all(|l| l.window.is_none()));
 }
 
-/// A quantized safetensors checkpoint (the hub's MXFP4 gpt-oss) is refused with the way that
+/// A quantized safetensors checkpoint other than gpt-oss's MXFP4 is refused with the way that
 /// works, and gpt-oss's activation limit is checked.
 #[test]
 fn quantized_checkpoints_and_other_limits_are_refused_by_name() {
@@ -91,6 +91,11 @@ fn quantized_checkpoints_and_other_limits_are_refused_by_name() {
     assert!(tf_models::ModelConfig::from_hf(&base, "hf").is_ok());
     let mut q = base.clone();
     q["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    assert!(
+        tf_models::ModelConfig::from_hf(&q, "hf").is_ok(),
+        "gpt-oss's own MXFP4"
+    );
+    q["quantization_config"] = serde_json::json!({"quant_method": "gptq"});
     let err = tf_models::ModelConfig::from_hf(&q, "hf")
         .unwrap_err()
         .to_string();

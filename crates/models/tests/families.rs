@@ -319,3 +319,28 @@ fn gpt_oss_mxfp4_file_tracks_transformers() {
     );
     assert!(median <= 0.1, "median |logit diff| {median}");
 }
+
+/// gpt-oss in the hub's own layout (MXFP4 blocks and scales as raw bytes, gate and up in
+/// alternate rows) holds the integers of its GGUF conversion: both loads give the same bits.
+#[test]
+fn gpt_oss_hub_mxfp4_checkpoint_equals_its_gguf() {
+    let dir = fixtures().join("gpt-oss");
+    let fixture = read_json(&dir.join("logits.json"));
+    let hub = Model::load(&dir.join("hf-mxfp4")).unwrap();
+    let gguf = Model::load(&dir.join("model.gguf")).unwrap();
+    assert!(hub
+        .tensor_types()
+        .iter()
+        .any(|(t, _)| *t == tf_core::DType::MXFP4));
+    let pool = ThreadPool::new(2);
+    let tokens = sequence(&fixture, 2);
+    let a = logits(&hub, &pool, &tokens, 7);
+    let b = logits(&gguf, &pool, &tokens, 7);
+    assert_eq!(a.len(), tokens.len());
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "row {i} differs"
+        );
+    }
+}

@@ -65,7 +65,13 @@ impl TensorView<'_> {
 
 /// Where a model's weights come from: a GGUF file or a safetensors directory.
 pub trait TensorSource {
+    /// A tensor of a numeric type (`None` also for a raw-byte tensor).
     fn tensor(&self, name: &str) -> Option<TensorView<'_>>;
+    /// A tensor of raw bytes (safetensors `U8`: an MXFP4 checkpoint's blocks and scales), with
+    /// its dims in ggml order.
+    fn raw_bytes(&self, _name: &str) -> Option<(&[usize], &[u8])> {
+        None
+    }
     /// In file order.
     fn tensor_names(&self) -> Vec<&str>;
     /// The file or directory path, for messages.

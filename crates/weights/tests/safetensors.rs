@@ -244,6 +244,28 @@ fn bad_headers() {
     assert_eq!(m.tensor_names(), vec!["x"]);
 }
 
+/// U8 tensors (an MXFP4 checkpoint's blocks and scales) are raw bytes: not a numeric tensor,
+/// but readable as bytes with their dims in ggml order.
+#[test]
+fn u8_tensors_are_raw_bytes() {
+    let dir = TempDir::new("u8");
+    let header = r#"{"s":{"dtype":"U8","shape":[2,3],"data_offsets":[0,6]},"x":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#;
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend_from_slice(header.as_bytes());
+    b.extend_from_slice(&[1, 2, 3, 4, 5, 6, 0, 0]);
+    b.extend_from_slice(&2.5f32.to_le_bytes());
+    std::fs::write(dir.0.join("model.safetensors"), b).unwrap();
+    let m = SafetensorsModel::open(&dir.0).unwrap();
+    assert!(m.tensor("s").is_none());
+    let (dims, data) = m.raw_bytes("s").unwrap();
+    assert_eq!((dims, data), (&[3usize, 2][..], &[1u8, 2, 3, 4, 5, 6][..]));
+    assert!(m.raw_bytes("x").is_none());
+    assert_eq!(m.tensor("x").unwrap().to_f32().unwrap(), [2.5]);
+    // A U8 tensor whose offsets do not hold its bytes is refused like any other.
+    let bad = r#"{"s":{"dtype":"U8","shape":[4],"data_offsets":[0,3]}}"#;
+    expect_bad(open_raw(&dir, None, bad, &[0; 4]), "'s'");
+}
+
 #[test]
 fn writer_refuses_bad_input() {
     let dir = TempDir::new("writer");

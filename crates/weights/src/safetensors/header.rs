@@ -12,7 +12,8 @@ const MAX_HEADER_BYTES: u64 = 100 << 20;
 
 pub(super) struct Entry {
     pub name: String,
-    pub dtype: DType,
+    /// `None`: raw bytes (`U8`), such as the blocks and scales of an MXFP4 checkpoint.
+    pub dtype: Option<DType>,
     /// Safetensors order (row-major, last dim contiguous).
     pub shape: Vec<usize>,
     /// Absolute byte range in the file.
@@ -77,11 +78,16 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>> {
         let dtype_str = field("dtype")?
             .as_str()
             .ok_or_else(|| bad(format!("tensor '{name}': dtype is not a string")))?;
-        let dtype = parse_dtype(dtype_str).ok_or_else(|| {
-            bad(format!(
-                "tensor '{name}' has dtype {dtype_str}; only F32, F16 and BF16 are supported"
-            ))
-        })?;
+        let dtype = match dtype_str {
+            "U8" => None,
+            s => Some(parse_dtype(s).ok_or_else(|| {
+                bad(format!(
+                    "tensor '{name}' has dtype {dtype_str}; only F32, F16, BF16 and U8 are \
+                     supported"
+                ))
+            })?),
+        };
+        let type_name = dtype.map_or("U8", |d| d.name());
         let shape = usize_list(field("shape")?)
             .ok_or_else(|| bad(format!("tensor '{name}': shape is not a list of sizes")))?;
         let offsets = usize_list(field("data_offsets")?)
@@ -91,7 +97,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>> {
         let n_bytes = shape
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .and_then(|n| dtype.bytes_for(n))
+            .and_then(|n| dtype.map_or(Some(n), |d| d.bytes_for(n)))
             .ok_or_else(|| {
                 bad(format!(
                     "tensor '{name}': size of shape {shape:?} overflows"
@@ -100,7 +106,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>> {
         if begin > end || end > data_len || end - begin != n_bytes {
             return Err(bad(format!(
                 "tensor '{name}': data_offsets [{begin}, {end}] do not hold {n_bytes} bytes of \
-                 {dtype} {shape:?} within the {data_len} data bytes"
+                 {type_name} {shape:?} within the {data_len} data bytes"
             )));
         }
         entries.push(Entry {

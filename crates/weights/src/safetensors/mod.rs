@@ -29,7 +29,8 @@ struct Shard {
 
 struct StTensor {
     name: String,
-    dtype: DType,
+    /// `None`: raw bytes (`U8`).
+    dtype: Option<DType>,
     /// ggml order.
     dims: Vec<usize>,
     shard: usize,
@@ -146,10 +147,24 @@ impl TensorSource for SafetensorsModel {
             .get(t.start..t.end)?;
         Some(TensorView {
             name: &t.name,
-            dtype: t.dtype,
+            dtype: t.dtype?,
             dims: &t.dims,
             data,
         })
+    }
+
+    fn raw_bytes(&self, name: &str) -> Option<(&[usize], &[u8])> {
+        let t = self.tensors.get(*self.index.get(name)?)?;
+        if t.dtype.is_some() {
+            return None;
+        }
+        let data = self
+            .shards
+            .get(t.shard)?
+            .storage
+            .bytes()
+            .get(t.start..t.end)?;
+        Some((&t.dims, data))
     }
 
     fn tensor_names(&self) -> Vec<&str> {
