@@ -78,13 +78,8 @@ impl ReplyParser {
     }
 
     pub fn push(&mut self, text: &str) -> Vec<Delta> {
-        if let Some(h) = &mut self.harmony {
-            let (prefix, calls) = (&self.call_prefix, &mut self.calls);
-            let mut id = || {
-                *calls += 1;
-                format!("{prefix}{}", *calls - 1)
-            };
-            return merge(h.push(text, &mut id));
+        if self.harmony.is_some() {
+            return self.harmony_step(Some(text));
         }
         let pieces = self.think.push(text);
         self.route(pieces, false)
@@ -92,13 +87,8 @@ impl ReplyParser {
 
     /// The rest, at the end of the reply: unfinished tags and unparsable calls become text.
     pub fn finish(&mut self) -> Vec<Delta> {
-        if let Some(h) = &mut self.harmony {
-            let (prefix, calls) = (&self.call_prefix, &mut self.calls);
-            let mut id = || {
-                *calls += 1;
-                format!("{prefix}{}", *calls - 1)
-            };
-            return merge(h.finish(&mut id));
+        if self.harmony.is_some() {
+            return self.harmony_step(None);
         }
         let pieces = self.think.finish();
         self.route(pieces, true)
@@ -117,6 +107,22 @@ impl ReplyParser {
             self.end_content(&mut out);
         }
         merge(out)
+    }
+
+    /// The harmony parser on the next piece (`None`: the end), calls numbered as the others.
+    fn harmony_step(&mut self, text: Option<&str>) -> Vec<Delta> {
+        let Some(h) = &mut self.harmony else {
+            return Vec::new();
+        };
+        let (prefix, calls) = (&self.call_prefix, &mut self.calls);
+        let mut id = || {
+            *calls += 1;
+            format!("{prefix}{}", *calls - 1)
+        };
+        merge(match text {
+            Some(t) => h.push(t, &mut id),
+            None => h.finish(&mut id),
+        })
     }
 
     fn next_id(&mut self) -> String {

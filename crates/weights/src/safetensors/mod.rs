@@ -136,8 +136,9 @@ impl SafetensorsModel {
     }
 }
 
-impl TensorSource for SafetensorsModel {
-    fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+impl SafetensorsModel {
+    /// The tensor `name` and its bytes.
+    fn entry(&self, name: &str) -> Option<(&StTensor, &[u8])> {
         let t = self.tensors.get(*self.index.get(name)?)?;
         let data = self
             .shards
@@ -145,6 +146,13 @@ impl TensorSource for SafetensorsModel {
             .storage
             .bytes()
             .get(t.start..t.end)?;
+        Some((t, data))
+    }
+}
+
+impl TensorSource for SafetensorsModel {
+    fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        let (t, data) = self.entry(name)?;
         Some(TensorView {
             name: &t.name,
             dtype: t.dtype?,
@@ -154,17 +162,8 @@ impl TensorSource for SafetensorsModel {
     }
 
     fn raw_bytes(&self, name: &str) -> Option<(&[usize], &[u8])> {
-        let t = self.tensors.get(*self.index.get(name)?)?;
-        if t.dtype.is_some() {
-            return None;
-        }
-        let data = self
-            .shards
-            .get(t.shard)?
-            .storage
-            .bytes()
-            .get(t.start..t.end)?;
-        Some((&t.dims, data))
+        let (t, data) = self.entry(name)?;
+        t.dtype.is_none().then_some((&t.dims[..], data))
     }
 
     fn tensor_names(&self) -> Vec<&str> {
