@@ -96,6 +96,14 @@ impl ApiError {
         )
     }
 
+    pub fn timeout(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            message,
+        )
+    }
+
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
     }

@@ -1,6 +1,6 @@
 //! The JSON body extractor: any failure to read or parse the body becomes an OpenAI error
-//! (413 over the size limit, 400 for malformed JSON). The content type is not checked, as
-//! clients differ in what they send.
+//! (413 over the size limit, 408 when it does not arrive in time, 400 for malformed JSON). The
+//! content type is not checked, as clients differ in what they send.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -17,7 +17,15 @@ impl FromRequest<SharedState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &SharedState) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        let limit = state.config.body_timeout;
+        let read = tokio::time::timeout(limit, Bytes::from_request(req, state));
+        let bytes = read.await.map_err(|_| {
+            ApiError::timeout(format!(
+                "the request body did not arrive within {} s",
+                limit.as_secs()
+            ))
+        })?;
+        let bytes = bytes.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::payload_too_large(state.config.body_limit_bytes)
             } else {

@@ -74,7 +74,71 @@ pub fn tool_format_of(template_source: &str) -> ToolFormat {
     }
 }
 
-/// Serves [`router`] on `listener` until the process ends.
+/// Serves [`router`] on `listener` until the process ends: HTTP/1.1 with upgrades (WebSocket),
+/// a connection that has not sent a whole request header within the configured time closed,
+/// and at most the configured number of connections open (one more is answered 503 and
+/// closed, so a flood of idle sockets cannot starve the file table).
 pub async fn serve(listener: tokio::net::TcpListener, state: SharedState) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).await
+    let (header_timeout, cap) = (state.config.header_timeout, state.config.max_connections);
+    let app = router(state);
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(cap));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) if connection_error(&e) => continue,
+            // Out of file descriptors and the like: wait a little instead of spinning.
+            Err(_) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(stream, cap));
+            continue;
+        };
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |req| {
+                let mut app = app.clone();
+                tower_service::Service::call(&mut app, req)
+            });
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            // A client that goes away or times out ends its connection; nothing to report.
+            let _ = conn.with_upgrades().await;
+        });
+    }
+}
+
+/// An accept error about one connection (the next accept may well succeed).
+fn connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}
+
+/// The answer to a connection over the cap: a 503 with the API's error body, then close.
+async fn refuse(mut stream: tokio::net::TcpStream, cap: usize) {
+    use tokio::io::AsyncWriteExt;
+    let body = ApiError::unavailable(format!(
+        "the server has {cap} connections open, its limit; retry shortly"
+    ))
+    .body()
+    .to_string();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }

@@ -34,6 +34,13 @@ pub struct ServerConfig {
     /// Stored responses: at most this many, and this many bytes.
     pub store_max_count: usize,
     pub store_max_bytes: usize,
+    /// A connection that has not sent a request's whole header this long after it opened
+    /// (or after its last request) is closed.
+    pub header_timeout: std::time::Duration,
+    /// A request body not received whole in this time gets a 408.
+    pub body_timeout: std::time::Duration,
+    /// Open connections at most; one more is answered 503 and closed.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
@@ -47,6 +54,9 @@ impl ServerConfig {
             body_limit_bytes: 32 << 20,
             store_max_count: 1000,
             store_max_bytes: 64 << 20,
+            header_timeout: std::time::Duration::from_secs(30),
+            body_timeout: std::time::Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 

@@ -7,6 +7,7 @@
 mod common;
 
 mod cache;
+mod connections;
 mod disconnect;
 mod exactness;
 mod streams;
