@@ -12,7 +12,7 @@ use tf_models::Row;
 
 use crate::sample::Sampler;
 
-/// Rows per prefill forward call. Kernels are row-exact (design guide §2.1), so the chunk size
+/// Rows per prefill forward call. Kernels are row-exact (ARCHITECTURE.md, exactness rule 1), so the chunk size
 /// changes speed only, never a logit.
 pub const PREFILL_CHUNK_ROWS: usize = 256;
 

@@ -3,7 +3,7 @@
 //!
 //! The candidate order is fixed (logit descending, then id ascending), so a given logits row,
 //! parameter set and generator state always give the same token. The engine's keyed sampler
-//! (design guide §2.4) is a different, position-keyed scheme; this one only promises
+//! (ARCHITECTURE.md, exactness rule 4) is a different, position-keyed scheme; this one only promises
 //! reproducibility for a given `--seed` within one run of the CLI.
 
 use tf_core::TokenId;

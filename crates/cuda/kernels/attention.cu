@@ -1,5 +1,5 @@
-// Paged attention with the canonical key-chunk order (`tf_kernels::attention`, design guide
-// §2.3). One thread block per (row, KV head), one thread per head dimension; the query heads
+// Paged attention with the canonical key-chunk order (`tf_kernels::attention`,
+// ARCHITECTURE.md exactness rule 3). One thread block per (row, KV head), one thread per head dimension; the query heads
 // sharing the KV head (at most MAX_GROUP) are handled together, each with exactly the
 // operations it gets alone:
 //   for each chunk of KEY_CHUNK positions from 0: scores = canonical dot (16 lanes, ascending

@@ -4,7 +4,7 @@
 //! One step of the [`Engine`] is schedule → forward → draw → accept → commit → emit over windows
 //! of every running sequence. A drawn token is a pure function of (logits row, sampling params,
 //! seed, absolute position, committed history) ([`sampler`]), and every kernel below is
-//! row-exact, so a drafted reply is the serial reply, token for token (design guide §2.4, §2.5).
+//! row-exact, so a drafted reply is the serial reply, token for token (ARCHITECTURE.md, exactness rules 4 and 5).
 //!
 //! * [`runner`]: the seam to a model ([`Runner`], [`ModelRunner`]); [`fake`]: a test target.
 //! * [`proposer`]: guessers (context copies, draft models).

@@ -1,6 +1,6 @@
 //! Row-exact compute kernels.
 //!
-//! The contract (design guide §2): the bits of output row r depend only on input row r and on
+//! The contract (ARCHITECTURE.md, exactness rule 1): the bits of output row r depend only on input row r and on
 //! committed state, never on how many rows share the call, which thread ran it or how a prompt was
 //! chunked. Every op has a scalar oracle (`reference` items) and fast SIMD versions that produce the
 //! same bits; tests compare them bitwise.

@@ -1,4 +1,4 @@
-//! Proposers guess the next tokens of a sequence; the target verifies them (design guide §2.5).
+//! Proposers guess the next tokens of a sequence; the target verifies them (ARCHITECTURE.md, exactness rule 5).
 //! Whatever a proposer guesses, the committed tokens are the target's own draws, so a proposer can
 //! only change speed, never a token.
 

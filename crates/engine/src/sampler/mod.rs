@@ -1,4 +1,4 @@
-//! The keyed sampler (design guide §2.4): a drawn token is a pure function of
+//! The keyed sampler (ARCHITECTURE.md, exactness rule 4): a drawn token is a pure function of
 //! (logits row, params, seed, absolute position, committed history).
 //!
 //! # Definition

@@ -1,4 +1,4 @@
-//! Attention over the paged KV cache with the canonical key-chunk order (design guide §2.3).
+//! Attention over the paged KV cache with the canonical key-chunk order (ARCHITECTURE.md, exactness rule 3).
 //!
 //! For a query at position p the keys at positions 0..=p are visited in chunks of [`KEY_CHUNK`]
 //! positions from position 0 (a tree-draft row reads some positions from other KV slots, but the
