@@ -362,18 +362,12 @@ impl SpillStore {
         self.make_room(size);
         let bytes = encode(&self.salt, hash, data);
         let path = self.path_of(hash);
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(format!(
-            "{TMP}{}-{}",
-            std::process::id(),
-            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let tmp = PathBuf::from(tmp);
-        if fs::write(&tmp, &bytes)
-            .and_then(|_| fs::rename(&tmp, &path))
-            .is_err()
-        {
-            let _ = fs::remove_file(&tmp);
+        let written = self.write_file(&path, &bytes) || {
+            // The directory itself may be gone (removed under us): what it held went with
+            // it. Forget that (so the byte gauge tells the truth), make it again, retry once.
+            self.dir_lost() && self.write_file(&path, &bytes)
+        };
+        if !written {
             eprintln!("prompt cache: cannot write {}", path.display());
             self.stats.failures += 1;
             return false;
@@ -381,6 +375,43 @@ impl SpillStore {
         self.insert(*hash, size);
         self.stats.writes += 1;
         true
+    }
+
+    /// Writes `bytes` to `path` through a temporary file (a reader never sees half a file).
+    fn write_file(&self, path: &Path, bytes: &[u8]) -> bool {
+        let mut tmp = path.to_path_buf().into_os_string();
+        tmp.push(format!(
+            "{TMP}{}-{}",
+            std::process::id(),
+            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let tmp = PathBuf::from(tmp);
+        let ok = fs::write(&tmp, bytes)
+            .and_then(|_| fs::rename(&tmp, path))
+            .is_ok();
+        if !ok {
+            let _ = fs::remove_file(&tmp);
+        }
+        ok
+    }
+
+    /// If the spill directory no longer exists: forgets every block (their files are gone),
+    /// creates the directory again and says true; otherwise false.
+    fn dir_lost(&mut self) -> bool {
+        if self.dir.is_dir() {
+            return false;
+        }
+        eprintln!(
+            "prompt cache: {} was removed: its {} blocks are forgotten; the directory is made \
+             again",
+            self.dir.display(),
+            self.stats.files
+        );
+        self.entries.clear();
+        self.lru.clear();
+        self.stats.bytes = 0;
+        self.stats.files = 0;
+        fs::create_dir_all(&self.dir).is_ok()
     }
 
     /// The payload of block `hash`, verified (magic, version, salt, hash, length, checksum). A
@@ -405,6 +436,7 @@ impl SpillStore {
                 }
                 Some(d)
             }
+            Err(_) if self.dir_lost() => None,
             Err(why) => {
                 eprintln!(
                     "prompt cache: {} is unusable ({why}): deleted; the request prefills those \
@@ -570,6 +602,27 @@ mod tests {
         assert_eq!(s.stats().bytes, 2 * SIZE);
         assert_eq!(bits(&s.get(&hash(2)).unwrap()), bits(&block(2)));
         assert_eq!(s.stats().failures, 0);
+    }
+
+    /// The spill directory removed under a running store: the blocks it held are forgotten (the
+    /// byte gauge says what is on disk), the directory is made again and new blocks go there.
+    #[test]
+    fn a_removed_directory_is_forgotten_and_made_again() {
+        let d = TempDir::new("removed");
+        let mut s = SpillStore::open(&d.0, 1 << 20, SALT).unwrap();
+        assert!(s.put(&hash(1), &block(1)) && s.put(&hash(2), &block(2)));
+        assert_eq!(s.stats().bytes, 2 * SIZE);
+        fs::remove_dir_all(&d.0).unwrap();
+        // A read of a block that went with the directory is a miss, and the store knows it.
+        assert_eq!(s.get(&hash(1)), None);
+        assert_eq!((s.stats().bytes, s.stats().files, s.len()), (0, 0, 0));
+        assert!(d.0.is_dir());
+        fs::remove_dir_all(&d.0).unwrap();
+        // A write finds the directory gone: forgotten, made again, written.
+        assert!(s.put(&hash(3), &block(3)));
+        assert_eq!((s.stats().bytes, s.stats().files), (SIZE, 1));
+        assert_eq!(bits(&s.get(&hash(3)).unwrap()), bits(&block(3)));
+        assert_eq!(files(&d.0).len(), 1);
     }
 
     /// A FIFO, a symbolic link or a huge file put where a block file was is refused at once
