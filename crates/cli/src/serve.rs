@@ -51,6 +51,18 @@ pub struct ServeArgs {
     /// the context).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
+    /// Open connections at most; one more is answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Seconds a connection may take to send a request's header before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub header_timeout: u32,
+    /// Seconds a request's body may take to arrive before the request gets a 408.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub body_timeout: u32,
     /// Default temperature for requests that give none (OpenAI's default: 1).
     #[arg(long, value_name = "T")]
     pub temperature: Option<f32>,
@@ -167,6 +179,9 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     config.max_tokens = args.max_tokens.map(|n| n as usize);
     config.defaults = defaults;
     config.api_key = key;
+    config.max_connections = args.max_connections as usize;
+    config.header_timeout = std::time::Duration::from_secs(args.header_timeout.into());
+    config.body_timeout = std::time::Duration::from_secs(args.body_timeout.into());
     let state = AppState::new(config);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
