@@ -221,6 +221,9 @@ fn parse(state: &SharedState, body: &Value, need_max_tokens: bool) -> ApiResult<
     if let Some(thinking) = f.object("thinking")? {
         let on = thinking.str("type")? == Some("enabled");
         kwargs.insert("enable_thinking".into(), json!(on));
+        // Templates that take an effort (gpt-oss) get the budget's: `reasoning_effort`.
+        let budget = thinking.uint("budget_tokens", 0)?;
+        kwargs.insert("reasoning_effort".into(), json!(effort_of(on, budget)));
     }
     if need_max_tokens && !f.has("max_tokens") {
         return Err(ApiError::invalid("max_tokens", "'max_tokens' is required"));
@@ -312,6 +315,18 @@ pub async fn create(
 
 /// Anthropic's usage: `input_tokens` are the prompt tokens not read from the cache (the
 /// cached ones are `cache_read_input_tokens`; together they are the whole prompt).
+/// The reasoning effort an Anthropic thinking budget asks for: off or under 4096 tokens low,
+/// under 16384 medium, more high (enabled without a budget: medium, the templates' default).
+fn effort_of(enabled: bool, budget: Option<u64>) -> &'static str {
+    match (enabled, budget) {
+        (false, _) => "low",
+        (true, None) => "medium",
+        (true, Some(n)) if n < 4096 => "low",
+        (true, Some(n)) if n < 16384 => "medium",
+        _ => "high",
+    }
+}
+
 fn usage_json(o: &Outcome) -> Value {
     json!({"input_tokens": o.prompt_tokens - o.cached_tokens.min(o.prompt_tokens),
         "output_tokens": o.tokens.len(),
@@ -458,5 +473,20 @@ impl Run {
             }
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::effort_of;
+
+    #[test]
+    fn thinking_budgets_map_to_efforts() {
+        assert_eq!(effort_of(false, Some(50_000)), "low");
+        assert_eq!(effort_of(true, None), "medium");
+        assert_eq!(effort_of(true, Some(1024)), "low");
+        assert_eq!(effort_of(true, Some(4096)), "medium");
+        assert_eq!(effort_of(true, Some(16_383)), "medium");
+        assert_eq!(effort_of(true, Some(16_384)), "high");
     }
 }
