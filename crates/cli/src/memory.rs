@@ -65,10 +65,16 @@ fn kv_per_position(m: &Model) -> u64 {
     KvCache::bytes_per_position(m.config.n_layers, m.config.kv_dim()) as u64
 }
 
-/// Buffers of one step of `rows` rows: activations, and logits when every row wants them.
+/// Buffers of one step of `rows` rows: activations, and logits when every row wants them. A
+/// mixture of experts holds, per row, each chosen expert's gate, up and activation rows, its
+/// output row and a copy of the input, and the router's scores.
 fn buffers(m: &Model, rows: usize) -> u64 {
     let c = &m.config;
-    let per_row = 4 * (6 * c.d_model + 3 * c.ffn_dim + c.vocab) as u64;
+    let ffn = match &c.moe {
+        None => 3 * c.ffn_dim,
+        Some(moe) => moe.used * (3 * moe.expert_ffn + 2 * c.d_model) + moe.experts,
+    };
+    let per_row = 4 * (6 * c.d_model + ffn + c.vocab) as u64;
     per_row * rows as u64
 }
 
