@@ -1,0 +1,11 @@
+"""Tiny random checkpoints of decoder families with transformers' logits as oracle; the
+machinery of scripts/gen_family_fixtures.py (see its docstring), split by responsibility:
+
+- families: the FAMILIES table, shapes, seeds and recorded config fields
+- checkpoints: building and initialising the checkpoints, running transformers, logit summaries
+- moe: routing records and statistics, tie rules, the hub's expert layout, the `moe` record
+- gpt_oss: MXFP4 quantization, the hub's packed checkpoint and its checks, the `gpt_oss` record
+- olmoe: OLMoE's q/k norm variants and the `olmoe` record
+- gguf_convert: llama.cpp's converter with a minimal vocabulary, GGUF summaries and checks
+- report: logits.json formatting
+- build: make_family, one family's fixture directory end to end"""
