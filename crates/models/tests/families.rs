@@ -272,18 +272,32 @@ fn sliding_window_changes_only_rows_past_it() {
     }
 }
 
+/// The gpt-oss fixture's directory and its logits.json.
+fn gpt_oss() -> (PathBuf, Value) {
+    let dir = fixtures().join("gpt-oss");
+    let fixture = read_json(&dir.join("logits.json"));
+    (dir, fixture)
+}
+
+/// A model that must hold MXFP4 matrices.
+fn mxfp4_model(path: &Path) -> Model {
+    let model = Model::load(path).unwrap();
+    let types = model.tensor_types();
+    assert!(
+        types.iter().any(|(t, _)| *t == tf_core::DType::MXFP4),
+        "{}",
+        path.display()
+    );
+    model
+}
+
 /// gpt-oss as released: MXFP4 experts, whose products run on int8 activations (as llama.cpp's
 /// do), so the logits track transformers' float ones loosely; the exact comparison is
 /// `model-f32.gguf` (every tensor F32) and the MXFP4 kernels' own bit-exact tests.
 #[test]
 fn gpt_oss_mxfp4_file_tracks_transformers() {
-    let dir = fixtures().join("gpt-oss");
-    let fixture = read_json(&dir.join("logits.json"));
-    let model = Model::load(&dir.join("model.gguf")).unwrap();
-    assert!(model
-        .tensor_types()
-        .iter()
-        .any(|(t, _)| *t == tf_core::DType::MXFP4));
+    let (dir, fixture) = gpt_oss();
+    let model = mxfp4_model(&dir.join("model.gguf"));
     let pool = ThreadPool::new(2);
     let n = fixture["sequences"].as_array().unwrap().len();
     let (mut agree, mut clear, mut diffs) = (0, 0, Vec::new());
@@ -324,14 +338,9 @@ fn gpt_oss_mxfp4_file_tracks_transformers() {
 /// alternate rows) holds the integers of its GGUF conversion: both loads give the same bits.
 #[test]
 fn gpt_oss_hub_mxfp4_checkpoint_equals_its_gguf() {
-    let dir = fixtures().join("gpt-oss");
-    let fixture = read_json(&dir.join("logits.json"));
-    let hub = Model::load(&dir.join("hf-mxfp4")).unwrap();
-    let gguf = Model::load(&dir.join("model.gguf")).unwrap();
-    assert!(hub
-        .tensor_types()
-        .iter()
-        .any(|(t, _)| *t == tf_core::DType::MXFP4));
+    let (dir, fixture) = gpt_oss();
+    let hub = mxfp4_model(&dir.join("hf-mxfp4"));
+    let gguf = mxfp4_model(&dir.join("model.gguf"));
     let pool = ThreadPool::new(2);
     let tokens = sequence(&fixture, 2);
     let a = logits(&hub, &pool, &tokens, 7);
