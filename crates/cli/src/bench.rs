@@ -10,6 +10,7 @@
 //! cells on an OpenAI-compatible server over HTTP (`bench/url.rs`).
 
 mod sse;
+mod streams;
 mod url;
 
 use std::time::Instant;
@@ -94,6 +95,16 @@ pub struct BenchArgs {
     /// requantized as --draft-quant says, its output head pruned to --draft-vocab ids).
     #[arg(long, requires = "raw")]
     pub as_draft: bool,
+    /// Aggregate decode speed of this many concurrent streams, comma-separated (like
+    /// llama-batched-bench's -npl), each reply checked against its solo run.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["raw", "url"])]
+    pub streams: Vec<usize>,
+    /// With --streams: prompt tokens of every stream.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub stream_prompt: usize,
+    /// With --streams: reply tokens of every stream.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub stream_tokens: usize,
 }
 
 /// One benchmark's measurements, in tokens per second.
@@ -255,6 +266,9 @@ fn measure(reps: u32, mut f: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
 pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     if let Some(url) = &args.url {
         return url::run(args, url);
+    }
+    if !args.streams.is_empty() {
+        return streams::run(args, global);
     }
     if !args.raw {
         return crate::cells::run(args, global);

@@ -30,7 +30,7 @@ pub(crate) enum Cell {
 }
 
 impl Cell {
-    const ALL: [Cell; 5] = [
+    pub(crate) const ALL: [Cell; 5] = [
         Cell::CodeSampled,
         Cell::ChatSampled,
         Cell::CodeGreedy,
@@ -222,7 +222,7 @@ fn run_one(handle: &EngineHandle, req: Request) -> Result<Timed> {
 
 /// Run `i`'s prompt: a chat cell's message through the chat template, or (a base model without
 /// one) as plain text like a code cell's.
-fn prompt_ids(
+pub(crate) fn prompt_ids(
     cell: Cell,
     i: usize,
     tok: &Tokenizer,

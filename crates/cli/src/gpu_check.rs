@@ -29,6 +29,10 @@ pub struct GpuCheckArgs {
     /// Draft model (same vocabulary) for the engine checks of --model.
     #[arg(long, value_name = "FILE", requires = "model")]
     pub draft: Option<std::path::PathBuf>,
+    /// With --model (a model with its tokenizer): also compare its replies on the GPU with the
+    /// CPU's, the bench cells' requests and a 12-turn conversation.
+    #[arg(long, requires = "model")]
+    pub replies: bool,
     /// Skip the kernel conformance checks (with --model: only the model checks).
     #[arg(long)]
     pub skip_ops: bool,
@@ -55,7 +59,12 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         let gpu = std::sync::Arc::new(
             tf_cuda::Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?,
         );
-        crate::gpu_check_model::run(&gpu, model, args.draft.as_deref())?;
+        crate::gpu_check_model::run(
+            &gpu,
+            model,
+            args.draft.as_deref(),
+            args.replies.then_some(global),
+        )?;
     }
     ops
 }

@@ -29,7 +29,7 @@ const KV_POSITIONS: usize = 8 * 1024;
 const CONTEXT: usize = 1024;
 
 /// Tally of one check: passes of total, with the first failure's detail.
-struct Tally {
+pub(crate) struct Tally {
     name: &'static str,
     pass: usize,
     total: usize,
@@ -37,7 +37,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn new(name: &'static str) -> Tally {
+    pub(crate) fn new(name: &'static str) -> Tally {
         Tally {
             name,
             pass: 0,
@@ -45,7 +45,14 @@ impl Tally {
             note: String::new(),
         }
     }
-    fn check(&mut self, ok: bool, detail: impl FnOnce() -> String) {
+    /// A note shown when every check passed (a failure's detail takes the column otherwise).
+    pub(crate) fn note_if_empty(&mut self, note: String) {
+        if self.note.is_empty() {
+            self.note = note;
+        }
+    }
+
+    pub(crate) fn check(&mut self, ok: bool, detail: impl FnOnce() -> String) {
         self.total += 1;
         if ok {
             self.pass += 1;
@@ -472,6 +479,7 @@ pub fn run(
     gpu: &Arc<Gpu>,
     model_path: &std::path::Path,
     draft_path: Option<&std::path::Path>,
+    replies: Option<&crate::GlobalArgs>,
 ) -> Result<()> {
     let model = Arc::new(Model::load(model_path)?);
     let draft = draft_path.map(Model::load).transpose()?.map(Arc::new);
@@ -490,6 +498,11 @@ pub fn run(
         pool: &pool,
     };
     tallies.extend(engine_checks(&setup)?);
+    if let Some(global) = replies {
+        tallies.extend(crate::gpu_check_replies::checks(
+            model_path, draft_path, global,
+        )?);
+    }
     println!("| check | result | note |\n|---|---|---|");
     let mut failed = 0;
     for t in &tallies {

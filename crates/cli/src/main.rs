@@ -22,6 +22,8 @@ mod gpu_check_gemv;
 mod gpu_check_model;
 #[cfg(feature = "cuda")]
 mod gpu_check_ops;
+#[cfg(feature = "cuda")]
+mod gpu_check_replies;
 mod info;
 mod lanes;
 mod load;

@@ -300,3 +300,35 @@ fn serve_refuses_what_does_not_fit_the_memory_budget() {
         text(&out.stderr)
     );
 }
+
+/// `bench --streams`: a row per stream count, every concurrent reply equal to its solo run; a
+/// zero count is refused by name.
+#[test]
+fn bench_streams_checks_every_stream_against_its_solo_run() {
+    let model = smollm2();
+    let model = model.to_str().unwrap();
+    let out = run(&[
+        "bench",
+        model,
+        "--draft",
+        "none",
+        "--no-drafts",
+        "--streams",
+        "1,3",
+        "--stream-prompt",
+        "20",
+        "--stream-tokens",
+        "6",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("| 1 of 1 |"), "{stdout}");
+    assert!(stdout.contains("| 3 of 3 |"), "{stdout}");
+    let out = run(&["bench", model, "--streams", "0,2"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--streams"),
+        "{}",
+        text(&out.stderr)
+    );
+}
