@@ -8,6 +8,7 @@ pub mod blocking;
 pub mod error;
 pub mod extract;
 pub mod fields;
+pub mod framing;
 pub mod generate;
 pub mod metrics;
 pub mod output;
@@ -106,7 +107,10 @@ pub async fn serve(listener: tokio::net::TcpListener, state: SharedState) -> std
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout);
-            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let conn = http.serve_connection(
+                hyper_util::rt::TokioIo::new(framing::JsonParseErrors::new(stream)),
+                service,
+            );
             // A client that goes away or times out ends its connection; nothing to report.
             let _ = conn.with_upgrades().await;
         });

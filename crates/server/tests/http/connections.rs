@@ -107,3 +107,44 @@ fn one_connection_over_the_cap_gets_a_503() {
     let (reply, _) = read_to_close(&mut s);
     assert!(!reply.starts_with("HTTP/1.1 503"), "{reply}");
 }
+
+/// Framing hyper cannot parse gets the API's JSON error body (not a bare status), and the
+/// connection closes; a well-formed request before it on the same connection is answered as usual.
+#[test]
+fn malformed_framing_gets_the_json_error_body() {
+    let srv = server(8);
+    let big_header = format!("x-big: {}\r\n", "a".repeat(600 * 1024));
+    let cases: [(&str, String); 3] = [
+        (
+            "400",
+            "GET /v1/models HTTP/1.1\r\nhost: x\r\nbad header line\r\n\r\n".into(),
+        ),
+        ("400", "G(T /v1/models HTTP/1.1\r\nhost: x\r\n\r\n".into()),
+        (
+            "431",
+            format!("GET /v1/models HTTP/1.1\r\nhost: x\r\n{big_header}\r\n"),
+        ),
+    ];
+    for (status, request) in cases {
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        let _ = s.write_all(request.as_bytes());
+        let (reply, waited) = read_to_close(&mut s);
+        assert!(reply.starts_with(&format!("HTTP/1.1 {status}")), "{reply}");
+        assert!(reply.contains("content-type: application/json"), "{reply}");
+        let body: serde_json::Value =
+            serde_json::from_str(reply.split_once("\r\n\r\n").unwrap().1).unwrap();
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
+    }
+    // Keep-alive: a good request, then a malformed one, on one connection.
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let (first, _) = read_to_close_or_reply(&mut s);
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    s.write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n")
+        .unwrap();
+    let (second, _) = read_to_close(&mut s);
+    assert!(second.starts_with("HTTP/1.1 400"), "{second}");
+    assert!(second.contains("\"error\""), "{second}");
+}
