@@ -66,6 +66,11 @@ type Curve = ([f64; MAX_DRAFT], usize);
 const DRAFT_MARGIN: f64 = 0.08;
 /// Rounds between forced one-draft probes of a proposer that stopped paying (to notice recovery).
 pub const PROBE_EVERY: usize = 32;
+/// The most a probe's catch-up may cost, as a share of the [`PROBE_EVERY`] rounds' forwards
+/// that pay for it: on a GPU, a draft model that fell far behind can take 30-50 ms to catch up
+/// while a round takes about 1 ms, so probing it would slow every reply more than drafting
+/// could ever win back.
+pub const PROBE_SHARE: f64 = 0.25;
 /// Rounds a draft model's catch-up (the tokens copies or serial rounds committed since its last
 /// use) is charged over when the model is weighed for a round: it is paid once and then serves
 /// the rounds after it, but after a long run of copies (an edit that reproduces its source) it

@@ -3,7 +3,7 @@
 //! long prompts are prefilled in chunks while others keep decoding).
 
 use crate::blocks::{chain_hashes, BlockHash, BlockPool, CacheStats};
-use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY};
+use crate::cost::{CostModel, MAX_DRAFT, PROBE_EVERY, PROBE_SHARE};
 
 /// Acceptance a draft model's guesses are assumed to have before any is observed: a draft
 /// model of the target's family agrees with it far more often than a copy of the context
@@ -34,6 +34,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 mod calibrate;
 mod commit;
+mod times;
 
 /// Nodes per extra tree branch.
 const TREE_BRANCH_LEN: usize = 2;
@@ -114,6 +115,8 @@ pub struct Engine {
     next_id: SeqId,
     pub config: EngineConfig,
     round: usize,
+    /// Where the wall time goes (`TENSORFOLD_ENGINE_TIMES=1`).
+    times: times::Times,
     sampler: Sampler,
     /// Prefix cache salt: the runner's model and kernel identity.
     salt: BlockHash,
@@ -141,6 +144,7 @@ impl Engine {
             next_id: 1,
             config,
             round: 0,
+            times: times::Times::from_env(),
             sampler: Sampler::new(),
             salt,
             spill: None,
@@ -304,11 +308,15 @@ impl Engine {
             return Ok(false);
         }
         self.round += 1;
+        self.times.step();
         debug_assert!(!self.blocks.has_evicted(), "evicted blocks not spilled");
+        let t_schedule = self.times.start();
         let plans = self.schedule();
+        self.times.add(times::Part::Schedule, t_schedule, None);
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
         let t = Instant::now();
+        let t_forward = self.times.start();
         let ask = Ask::for_round(&self.running, &plans, &rows);
         let mut out = std::mem::take(&mut self.out);
         // The verdicts are drawn while the logits may still be the runner's; it is free again
@@ -334,11 +342,14 @@ impl Engine {
                 return Err(e);
             }
         };
+        self.times.add(times::Part::Forward, t_forward, None);
         self.cost.observe_forward(total_rows, secs);
+        let t_commit = self.times.start();
         self.commit(&plans, verdicts);
         self.index_blocks();
         self.reap();
         self.catch_up_models();
+        self.times.add(times::Part::Commit, t_commit, None);
         Ok(true)
     }
 
@@ -483,7 +494,11 @@ impl Engine {
                 let m = &self.models[pick];
                 let catch_up = self.cost.catch_up_whole_secs(m.name(), m.behind(&view));
                 let dear = catch_up > self.cost.forward_secs(1);
-                if source.is_none() || !dear {
+                // Nor ever when the catch-up alone would cost more than the rounds between
+                // probes can absorb.
+                let affordable =
+                    catch_up <= PROBE_SHARE * PROBE_EVERY as f64 * self.cost.forward_secs(1);
+                if affordable && (source.is_none() || !dear) {
                     (source, k) = (Some(Source::Model(pick)), 1);
                 }
             } else if source.is_none() && !copy.is_empty() {
@@ -511,7 +526,10 @@ impl Engine {
             }
             Some(Source::Model(mi)) => {
                 let t = Instant::now();
+                let t_propose = self.times.start();
                 let d = self.models[mi].propose(&view, k);
+                self.times
+                    .add(times::Part::Propose, t_propose, Some(times::Part::Schedule));
                 let m = &self.models[mi];
                 let secs = match m.last_guess_secs() {
                     Some(per) => per * d.len() as f64,
@@ -774,6 +792,7 @@ impl Engine {
         while i < self.running.len() {
             if self.running[i].finished.is_some() {
                 let mut s = self.running.swap_remove(i);
+                self.times.report();
                 let _ = s.events.send(Event::Done(s.receipt()));
                 self.blocks.release(&mut s.table);
                 self.spill_evicted();

@@ -750,3 +750,33 @@ fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
         );
     }
 }
+
+/// A draft model whose catch-up would cost far more than the rounds between probes (here a
+/// thousand forwards, as a far-behind draft model on a GPU) is never probed, not even in rounds
+/// that no copy takes: the probe would slow the reply more than drafting could win back. The
+/// reply stays serial's.
+#[test]
+fn a_draft_model_whose_catch_up_costs_more_than_probes_can_absorb_is_not_probed() {
+    // Sampled: copies are often wrong, so many rounds go without any guess.
+    let (req, want, replies) = copying_reply(41, true);
+    let mut cost = CostModel::flat();
+    cost.observe_catch_up("prophet", 1, 1.0);
+    let mut e = copying_engine(cost);
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    e.add_draft_model(Box::new(FarBehind {
+        inner: Timed(Prophet {
+            replies,
+            right: 16,
+            rng: Rng(4),
+        }),
+        asked: asked.clone(),
+    }));
+    let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+    assert_eq!(run.tokens, want.tokens, "drafted == serial");
+    let asked = asked.lock().unwrap();
+    assert!(
+        asked.is_empty(),
+        "probed {} times while 1,000 tokens behind",
+        asked.len()
+    );
+}

@@ -103,7 +103,13 @@ impl Engine {
                     } else if rows > step {
                         behind.push(mi);
                     } else {
+                        let t = self.times.start();
                         m.prefill(&view, usize::MAX);
+                        self.times.add(
+                            super::times::Part::DraftPrefill,
+                            t,
+                            Some(super::times::Part::Commit),
+                        );
                         sent_at = Instant::now();
                     }
                 }
@@ -163,7 +169,14 @@ impl Engine {
             let rows = self
                 .cost
                 .catch_up_rows_like(m.name(), self.config.max_step_rows);
-            if m.prefill(&view, rows).1 == 0 {
+            let t = self.times.start();
+            let left = m.prefill(&view, rows).1;
+            self.times.add(
+                super::times::Part::DraftPrefill,
+                t,
+                Some(super::times::Part::Commit),
+            );
+            if left == 0 {
                 done.push(mi);
             }
         }
