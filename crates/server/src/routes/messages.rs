@@ -465,9 +465,11 @@ impl Run {
                     Finish::Stop if tool_use => ("tool_use", None),
                     Finish::Stop => ("end_turn", None),
                 };
+                // The receipt rides on the last delta, as on the other APIs' last chunk.
                 out.push(json!({"type": "message_delta",
                     "delta": {"stop_reason": stop.0, "stop_sequence": stop.1},
-                    "usage": usage_json(&outcome)}));
+                    "usage": usage_json(&outcome),
+                    "tensorfold": common::receipt_json(&outcome)}));
                 out.push(json!({"type": "message_stop"}));
                 self.result = Some(self.message(Some(stop), Some(&outcome)));
             }

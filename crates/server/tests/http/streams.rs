@@ -263,4 +263,9 @@ fn anthropic_stream_equals_json_reply() {
         delta["usage"]["output_tokens"],
         reply["usage"]["output_tokens"]
     );
+    // The stream's receipt, on its last delta, is the JSON reply's.
+    assert_eq!(
+        delta["tensorfold"]["token_sha"], reply["tensorfold"]["token_sha"],
+        "{delta}"
+    );
 }
