@@ -2,6 +2,7 @@
 //! against the CPU kernels of `tf_kernels` (themselves checked bitwise against their oracles).
 
 use std::time::Instant;
+use tf_core::SplitMix64;
 
 use anyhow::{bail, Context, Result};
 use tf_core::DType;
@@ -40,21 +41,13 @@ pub(crate) struct Row {
     pub micros: f64,
 }
 
-fn splitmix(s: &mut u64) -> u64 {
-    *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Activation-like rows: mostly N(0,1)-ish, some outliers, one zero block and one block so
 /// small that 127/amax overflows (the quantizer's zero rule).
 pub(crate) fn activations(rows: usize, k: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
+    let mut s = SplitMix64::new(seed);
     let mut x: Vec<f32> = (0..rows * k)
         .map(|i| {
-            let u = (splitmix(&mut s) >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            let u = s.next_f32() - 0.5;
             if i % 211 == 0 {
                 u * 60.0
             } else {
@@ -346,10 +339,10 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     // SwiGLU over an FFN-wide row, gate values wide enough to reach exp's cut-offs.
     {
         const F: usize = 8960;
-        let mut s = args.seed ^ 0x5a5a;
+        let mut s = SplitMix64::new(args.seed ^ 0x5a5a);
         let mut wide = |scale: f32| -> Vec<f32> {
             (0..max_rows * F)
-                .map(|_| ((splitmix(&mut s) >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale)
+                .map(|_| (s.next_f32() - 0.5) * scale)
                 .collect()
         };
         let (gate, up) = (wide(200.0), wide(4.0));
@@ -403,10 +396,8 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         let table_cpu = RopeTable::new(hd, 1e6, max_pos);
         let dcs = gpu.upload(&tf_cuda::ops::rope_table(hd, 1e6, max_pos))?;
         let xr = activations(max_rows, heads * hd, args.seed ^ 0x7070);
-        let mut s = args.seed;
-        let pos: Vec<i32> = (0..max_rows)
-            .map(|_| (splitmix(&mut s) % max_pos as u64) as i32)
-            .collect();
+        let mut s = SplitMix64::new(args.seed);
+        let pos: Vec<i32> = (0..max_rows).map(|_| s.below(max_pos) as i32).collect();
         let mut want = xr.clone();
         for (r, row) in want.chunks_exact_mut(heads * hd).enumerate() {
             table_cpu.apply(row, hd, pos[r] as usize, style);

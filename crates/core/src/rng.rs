@@ -24,6 +24,16 @@ impl SplitMix64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
+    /// Uniform in [0, 1), 24 bits (test data in f32).
+    pub fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// Uniform in [-1, 1), 24 bits.
+    pub fn next_f32_signed(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
     /// Uniform in `0..n` (0 when `n` is 0); the modulo's bias is negligible for test data.
     pub fn below(&mut self, n: usize) -> usize {
         if n == 0 {

@@ -2,20 +2,15 @@
 //! logits. Run: `cargo run --release -p tf-engine --example bench_sampler [NAME_FILTER [ITERS]]`.
 
 use std::time::Instant;
+use tf_core::SplitMix64;
 use tf_engine::{Sampler, SamplingParams};
 
 const VOCAB: usize = 151_936;
 
 fn logits(seed: u64) -> Vec<f32> {
     // A long tail around 0 (sd ~2.5) and a few dozen strong candidates, like a real LM head.
-    let mut state = seed;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
-    };
+    let mut rng = SplitMix64::new(seed);
+    let mut next = move || rng.next_f32();
     let mut row: Vec<f32> = (0..VOCAB)
         .map(|_| (next() + next() + next() + next() - 2.0) * 4.3)
         .collect();

@@ -32,7 +32,7 @@ fn a_resumed_conversation_takes_the_draft_models_cached_blocks() {
             Some(Box::new(counted_draft(model, pool, blocks, &rows)) as Box<dyn Proposer>)
         });
         let mut req = request(7100 + u64::from(sampled), sampled, 60, 24);
-        let mut rng = Rng(71);
+        let mut rng = SplitMix64::new(71);
         for turn in 0..12 {
             let before = rows.load(Ordering::Relaxed);
             let run = run_all(&mut b, vec![(0, req.clone())]).pop().unwrap();

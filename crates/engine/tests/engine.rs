@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use tf_core::SplitMix64;
 use tf_core::{SeqId, TokenId};
 use tf_engine::cost::CostModel;
 use tf_engine::fake::FakeRunner;
@@ -34,23 +35,9 @@ fn serial_config() -> EngineConfig {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// A prompt with repeated stretches, so that copies find matches.
 fn prompt(seed: u64, len: usize) -> Vec<TokenId> {
-    let mut r = Rng(seed);
+    let mut r = SplitMix64::new(seed);
     let motif: Vec<TokenId> = (0..8).map(|_| r.below(VOCAB) as TokenId).collect();
     (0..len)
         .map(|i| {
@@ -181,7 +168,7 @@ fn drafted_equals_serial_with_copies_and_filler() {
 struct Prophet {
     replies: HashMap<Vec<TokenId>, Vec<TokenId>>,
     right: usize,
-    rng: Rng,
+    rng: SplitMix64,
 }
 
 impl Proposer for Prophet {
@@ -233,7 +220,7 @@ fn proposers_right_for_k_then_wrong_never_change_a_token() {
             e.add_draft_model(Box::new(Prophet {
                 replies: replies.clone(),
                 right,
-                rng: Rng(right as u64),
+                rng: SplitMix64::new(right as u64),
             }));
             let runs = run_all(&mut e, reqs.iter().cloned().map(|r| (0, r)).collect());
             for (i, (run, want)) in runs.iter().zip(&serial).enumerate() {
@@ -252,7 +239,7 @@ fn proposers_right_for_k_then_wrong_never_change_a_token() {
 
 #[test]
 fn concurrent_equals_solo_in_any_arrival_order() {
-    let mut rng = Rng(99);
+    let mut rng = SplitMix64::new(99);
     for trial in 0..4 {
         let n = 1 + trial * 5; // 1, 6, 11, 16 sequences
         let reqs: Vec<Request> = (0..n)
@@ -661,7 +648,7 @@ fn a_dear_looking_draft_model_is_probed_while_copies_win() {
     e.add_draft_model(Box::new(Timed(Prophet {
         replies,
         right: 16,
-        rng: Rng(3),
+        rng: SplitMix64::new(3),
     })));
     let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
     assert_eq!(run.tokens, want.tokens, "drafted == serial");
@@ -730,7 +717,7 @@ fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
         inner: Timed(Prophet {
             replies,
             right: 16,
-            rng: Rng(4),
+            rng: SplitMix64::new(4),
         }),
         asked: asked.clone(),
     }));
@@ -767,7 +754,7 @@ fn a_draft_model_whose_catch_up_costs_more_than_probes_can_absorb_is_not_probed(
         inner: Timed(Prophet {
             replies,
             right: 16,
-            rng: Rng(4),
+            rng: SplitMix64::new(4),
         }),
         asked: asked.clone(),
     }));

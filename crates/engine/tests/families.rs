@@ -118,7 +118,7 @@ fn drafted_equals_serial_on_every_family() {
 
 #[test]
 fn concurrent_equals_solo_on_every_family() {
-    let mut rng = Rng(17);
+    let mut rng = SplitMix64::new(17);
     for pair in families() {
         let reqs: Vec<Request> = (0..6)
             .map(|i| request(700 + i, i % 2 == 1, 8 + rng.below(120), 12 + rng.below(30)))

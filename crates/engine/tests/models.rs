@@ -253,7 +253,7 @@ fn draft_model_cache_is_rolled_back_after_rejected_guesses() {
 /// drafting (`draft: false`). Each reply equals its solo serial run.
 #[test]
 fn concurrent_equals_solo() {
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     for pair in pairs(CENTRED) {
         for n in [1usize, 4, 16] {
             let reqs: Vec<Request> = (0..n)

@@ -12,7 +12,7 @@ use tf_engine::{EngineConfig, Request};
 /// An agent-style conversation: each turn's prompt is the previous prompt, the previous reply,
 /// and a new message (a tool output of 10–60 tokens).
 fn conversation(b: &mut Bench, first: &Request, turns: usize, seed: u64) -> Vec<(Request, Run)> {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut out = Vec::new();
     let mut req = first.clone();
     for turn in 0..turns {

@@ -94,7 +94,7 @@ fn spill_stats(b: &Bench) -> SpillStats {
 /// The next turn of an agent-style conversation: the previous prompt, its reply, and a new
 /// message of 10–60 tokens.
 fn next_turn(req: &Request, reply: &[TokenId], seed: u64) -> Request {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut r = req.clone();
     r.prompt = [
         req.prompt.clone(),

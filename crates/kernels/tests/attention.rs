@@ -25,14 +25,14 @@ fn setup(n: usize, head_dim: usize) -> Setup {
     let table: Vec<u32> = (0..blocks as u32)
         .map(|b| (b * 7 + 2) % (blocks as u32 + 3))
         .collect();
-    let mut rng = Rng(n as u64 * 13 + head_dim as u64);
+    let mut rng = SplitMix64::new(n as u64 * 13 + head_dim as u64);
     for p in 0..n {
-        let k: Vec<f32> = (0..kv_dim).map(|_| rng.f32()).collect();
-        let v: Vec<f32> = (0..kv_dim).map(|_| rng.f32()).collect();
+        let k: Vec<f32> = (0..kv_dim).map(|_| rng.next_f32_signed()).collect();
+        let v: Vec<f32> = (0..kv_dim).map(|_| rng.next_f32_signed()).collect();
         kv.write(0, &table, p, &k, &v);
     }
     let q: Vec<f32> = (0..n * n_heads * head_dim)
-        .map(|_| rng.f32() * 3.0)
+        .map(|_| rng.next_f32_signed() * 3.0)
         .collect();
     Setup {
         kv,
@@ -330,14 +330,14 @@ fn grouped_heads_equal_one_head_jobs() {
         let kv_dim = n_kv_heads * head_dim;
         let blocks = s.n.div_ceil(BLOCK_SIZE);
         s.kv = KvCache::new(1, kv_dim, blocks + 3);
-        let mut rng = Rng(n_heads as u64 * 101 + head_dim as u64);
+        let mut rng = SplitMix64::new(n_heads as u64 * 101 + head_dim as u64);
         for p in 0..s.n {
-            let k: Vec<f32> = (0..kv_dim).map(|_| rng.f32()).collect();
-            let v: Vec<f32> = (0..kv_dim).map(|_| rng.f32()).collect();
+            let k: Vec<f32> = (0..kv_dim).map(|_| rng.next_f32_signed()).collect();
+            let v: Vec<f32> = (0..kv_dim).map(|_| rng.next_f32_signed()).collect();
             s.kv.write(0, &s.table, p, &k, &v);
         }
         let qd = n_heads * head_dim;
-        s.q = (0..s.n * qd).map(|_| rng.f32() * 3.0).collect();
+        s.q = (0..s.n * qd).map(|_| rng.next_f32_signed() * 3.0).collect();
         let keys: Vec<RowKeys> = (0..s.n)
             .map(|p| RowKeys {
                 table: &s.table,

@@ -19,7 +19,7 @@ fn every_level_equals_the_reference() {
     let pool = ThreadPool::new(2);
     for dtype in DType::ALL {
         for (k, n) in [(256usize, 9usize), (512, 17), (1536, 40)] {
-            let mut rng = Rng(k as u64 * 31 + dtype.ggml_id() as u64);
+            let mut rng = SplitMix64::new(k as u64 * 31 + dtype.ggml_id() as u64);
             let wb = weights(&mut rng, dtype, k * n);
             let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
             let rows = 3;
@@ -49,7 +49,7 @@ fn long_rows_in_block_runs_equal_the_reference() {
         DType::MXFP4,
     ] {
         let (k, n) = (9216, 11);
-        let mut rng = Rng(77 + dtype.ggml_id() as u64);
+        let mut rng = SplitMix64::new(77 + dtype.ggml_id() as u64);
         let wb = weights(&mut rng, dtype, k * n);
         let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
         for rows in [1, 5, 8, 13] {
@@ -72,7 +72,7 @@ fn legacy_block_counts_off_eight_equal_the_reference() {
     for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
         for k in [32usize, 64, 96, 352, 416, 896] {
             let n = 5;
-            let mut rng = Rng(5150 + k as u64 + dtype.ggml_id() as u64);
+            let mut rng = SplitMix64::new(5150 + k as u64 + dtype.ggml_id() as u64);
             let wb = weights(&mut rng, dtype, k * n);
             let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
             for rows in [1, 3, 8, 11] {
@@ -98,7 +98,7 @@ fn few_rows_over_many_columns_equal_the_reference() {
             if dtype.bytes_for(k).is_none() {
                 continue; // 896 values are not whole Q4_K blocks
             }
-            let mut rng = Rng(808 + k as u64 + n as u64 + dtype.ggml_id() as u64);
+            let mut rng = SplitMix64::new(808 + k as u64 + n as u64 + dtype.ggml_id() as u64);
             let wb = weights(&mut rng, dtype, k * n);
             let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
             let x = activations(&mut rng, 3 * k);
@@ -136,7 +136,7 @@ fn rows_are_invariant_to_batch_offset_and_threads() {
         DType::F16,
     ] {
         let (k, n) = (512, 24);
-        let mut rng = Rng(1000 + dtype.ggml_id() as u64);
+        let mut rng = SplitMix64::new(1000 + dtype.ggml_id() as u64);
         let wb = weights(&mut rng, dtype, k * n);
         let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
         let total = 70;
@@ -169,10 +169,10 @@ fn quantized_dot_is_close_to_exact_math() {
     let pool = ThreadPool::new(1);
     for dtype in DType::ALL.into_iter().filter(|d| d.block_elems() > 1) {
         let k = 512;
-        let mut rng = Rng(77 + dtype.ggml_id() as u64);
+        let mut rng = SplitMix64::new(77 + dtype.ggml_id() as u64);
         let wb = weights(&mut rng, dtype, k);
         let w = WeightMatrix::new(dtype, k, 1, &wb).unwrap();
-        let x: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
+        let x: Vec<f32> = (0..k).map(|_| rng.next_f32_signed()).collect();
         let got = run(SimdLevel::Scalar, &pool, &w, &x, 1)[0] as f64;
         let mut vals = vec![0f64; k];
         for (b, blk) in wb.chunks_exact(dtype.block_bytes()).enumerate() {
@@ -222,13 +222,13 @@ fn extreme_codes_and_activations_equal_the_reference() {
     let pool = ThreadPool::new(1);
     let k = 512;
     let n = 9; // one-row calls take eight columns at a time, and one more
-    let mut rng = Rng(4242);
+    let mut rng = SplitMix64::new(4242);
     let tiny: Vec<f32> = (0..k)
         .map(|i| {
             if i % 32 == 7 {
                 -1e3
             } else {
-                (1.0 + rng.f32().abs()) * 1e-3
+                (1.0 + rng.next_f32_signed().abs()) * 1e-3
             }
         })
         .collect();

@@ -80,7 +80,7 @@ fn panels_equal_the_reference() {
                 if k % dtype.block_elems() != 0 {
                     continue;
                 }
-                let mut rng = Rng(k as u64 * 7 + n as u64 + dtype.ggml_id() as u64);
+                let mut rng = SplitMix64::new(k as u64 * 7 + n as u64 + dtype.ggml_id() as u64);
                 let wb = weights(&mut rng, dtype, k * n);
                 let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
                 let p = PackedMatrix::pack(&w).expect("a panel type");
@@ -108,7 +108,7 @@ fn panel_rows_are_invariant_to_batch_and_offset() {
     for level in levels() {
         for dtype in PANEL_TYPES {
             let (k, n) = (512, 72);
-            let mut rng = Rng(99 + dtype.ggml_id() as u64);
+            let mut rng = SplitMix64::new(99 + dtype.ggml_id() as u64);
             let wb = weights(&mut rng, dtype, k * n);
             let w = WeightMatrix::new(dtype, k, n, &wb).unwrap();
             let p = PackedMatrix::pack(&w).unwrap();
@@ -152,7 +152,7 @@ fn panels_take_extreme_codes_and_activations() {
             .collect(),
     ];
     let x = rows.concat();
-    let mut rng = Rng(5151);
+    let mut rng = SplitMix64::new(5151);
     for level in levels() {
         for dtype in PANEL_TYPES {
             for fill in [0xFFu8, 0x80, 0x7F, 0x00, 0x55] {
@@ -192,21 +192,21 @@ fn types_without_panels_are_not_packed() {
         DType::Q3K,
         DType::Q5K,
     ] {
-        let mut rng = Rng(3);
+        let mut rng = SplitMix64::new(3);
         let wb = weights(&mut rng, dtype, 256 * 4);
         let w = WeightMatrix::new(dtype, 256, 4, &wb).unwrap();
         assert!(PackedMatrix::pack(&w).is_none(), "{dtype}");
     }
     // MXFP4 scales f16 cannot hold keep the stored layout (and its kernels' bits).
     for scale in [0u8, 1, 103, 144, 255] {
-        let mut rng = Rng(4);
+        let mut rng = SplitMix64::new(4);
         let mut wb = weights(&mut rng, DType::MXFP4, 256 * 4);
         wb[17 * 5] = scale;
         let w = WeightMatrix::new(DType::MXFP4, 256, 4, &wb).unwrap();
         assert!(PackedMatrix::pack(&w).is_none(), "scale byte {scale}");
     }
     for scale in [104u8, 143] {
-        let mut rng = Rng(4);
+        let mut rng = SplitMix64::new(4);
         let mut wb = weights(&mut rng, DType::MXFP4, 256 * 4);
         wb[17 * 5] = scale;
         let w = WeightMatrix::new(DType::MXFP4, 256, 4, &wb).unwrap();

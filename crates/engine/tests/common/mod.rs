@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+pub use tf_core::SplitMix64;
 use tf_core::{DType, SeqId, TokenId};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::{DraftModel, Proposer};
@@ -65,13 +66,13 @@ pub fn tiny(
 /// makes replies that depend on the context yet fall into repeats now and then (so copies hit).
 pub fn centre(bytes: &mut [u8], seed: u64, centring: f32) {
     let gguf = GgufFile::from_bytes(bytes.to_vec(), "tiny.gguf").unwrap();
-    let mut rng = Rng(seed ^ 0xC3A5_C85C_97CB_3127);
+    let mut rng = SplitMix64::new(seed ^ 0xC3A5_C85C_97CB_3127);
     for t in gguf.tensors() {
         let data = &mut bytes[t.offset..t.offset + t.n_bytes];
         match t.dtype {
             DType::Q4K => {
                 for b in data.chunks_exact_mut(144) {
-                    let d = f16_bits(1e-3 + 3e-3 * rng.unit());
+                    let d = f16_bits(1e-3 + 3e-3 * rng.next_f32());
                     b[0..2].copy_from_slice(&d.to_le_bytes());
                     b[2..4].copy_from_slice(&d.to_le_bytes());
                     let sc: Vec<u8> = (0..8).map(|_| 1 + rng.below(8) as u8).collect();
@@ -90,7 +91,7 @@ pub fn centre(bytes: &mut [u8], seed: u64, centring: f32) {
             }
             DType::Q4_1 => {
                 for b in data.chunks_exact_mut(20) {
-                    let d = 1e-2 + 3e-2 * rng.unit();
+                    let d = 1e-2 + 3e-2 * rng.next_f32();
                     b[0..2].copy_from_slice(&f16_bits(d).to_le_bytes());
                     b[2..4].copy_from_slice(&f16_bits(-7.5 * d * centring).to_le_bytes());
                 }
@@ -201,27 +202,9 @@ pub fn drafting(min_drafts: usize) -> EngineConfig {
     }
 }
 
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
 /// A prompt with repeated stretches (a motif every 16 tokens), so that copies find matches.
 pub fn prompt(seed: u64, len: usize) -> Vec<TokenId> {
-    let mut r = Rng(seed);
+    let mut r = SplitMix64::new(seed);
     let mut token = || 6 + r.below(VOCAB - 6) as TokenId;
     let motif: Vec<TokenId> = (0..8).map(|_| token()).collect();
     (0..len)

@@ -1,23 +1,19 @@
 //! Valid random blocks: random quant bits with small, finite f16 scales chosen per type so the
 //! dequantized values have roughly the magnitude of real weights (|x| up to ~0.1..1).
 
-use tf_core::DType;
+use tf_core::{DType, SplitMix64};
 
-/// splitmix64: tiny, deterministic on every platform, good enough for test data.
-struct SplitMix64(u64);
+/// Test data's generator (`tf_core::SplitMix64`) with the draws this file needs.
+struct Gen(SplitMix64);
 
-impl SplitMix64 {
+impl Gen {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).
     fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+        self.0.next_f32()
     }
 
     fn range(&mut self, lo: f32, hi: f32) -> f32 {
@@ -39,7 +35,7 @@ impl SplitMix64 {
 
 /// Packs random 6-bit scales into a Q4_K/Q5_K block with every group's min equal to its scale,
 /// so that `dmin = mid * d` centres the group's values on zero (`mid` = the middle code).
-fn centre_k4(b: &mut [u8], rng: &mut SplitMix64) {
+fn centre_k4(b: &mut [u8], rng: &mut Gen) {
     let s: Vec<u8> = (0..8).map(|_| (rng.next_u64() & 63) as u8).collect();
     for j in 0..4 {
         let packed = s[j] | ((s[j + 4] >> 4) << 6);
@@ -59,7 +55,7 @@ fn put_f16(b: &mut [u8], at: usize, v: f32) {
 pub fn random_blocks(dtype: DType, n_elems: usize, seed: u64) -> Vec<u8> {
     let n_blocks = n_elems.div_ceil(dtype.block_elems());
     let bb = dtype.block_bytes();
-    let mut rng = SplitMix64(seed ^ (u64::from(dtype.ggml_id()) << 56));
+    let mut rng = Gen(SplitMix64::new(seed ^ (u64::from(dtype.ggml_id()) << 56)));
     let mut out = vec![0u8; n_blocks * bb];
     match dtype {
         DType::F32 => {

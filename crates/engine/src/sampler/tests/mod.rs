@@ -7,26 +7,8 @@ use super::philox::NoiseCache;
 use super::*;
 use reference::{penalized_reference, sample_reference};
 use std::sync::Arc;
+use tf_core::SplitMix64;
 use tf_kernels::ThreadPool;
-
-/// splitmix64, for test inputs only.
-struct TestRng(u64);
-
-impl TestRng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
 
 // Random123 `tests/kat_vectors`, the three "philox4x32 10" lines: counter (4 words), key
 // (2 words), expected output (4 words).
@@ -127,7 +109,7 @@ fn prefix_bounds_cover_every_word_of_their_prefix() {
             );
         }
     }
-    let mut rng = TestRng(6);
+    let mut rng = SplitMix64::new(6);
     for _ in 0..100_000 {
         let word = rng.next_u64() as u32;
         assert!(gumbel_from_word(word) <= bounds[(word >> 24) as usize]);
@@ -144,7 +126,7 @@ fn mass_pass_variants_agree() {
         Isa::Avx2 => isas.push(Isa::Avx2),
         Isa::Portable => {}
     }
-    let mut rng = TestRng(7);
+    let mut rng = SplitMix64::new(7);
     for case in 0..40 {
         let vocab = 1 + rng.below(20_000);
         let z: Vec<f32> = random_logits(&mut rng, vocab, [1.0, 30.0, 300.0][case % 3], false)
@@ -233,10 +215,10 @@ fn greedy_takes_the_lowest_id_on_ties_and_ignores_nan() {
     }
 }
 
-fn random_logits(rng: &mut TestRng, vocab: usize, spread: f32, ties: bool) -> Vec<f32> {
+fn random_logits(rng: &mut SplitMix64, vocab: usize, spread: f32, ties: bool) -> Vec<f32> {
     (0..vocab)
         .map(|_| {
-            let v = (rng.unit() - 0.5) * 2.0 * spread;
+            let v = (rng.next_f32() - 0.5) * 2.0 * spread;
             match rng.below(200) {
                 0 => f32::NAN,
                 1 => f32::NEG_INFINITY,
@@ -249,7 +231,7 @@ fn random_logits(rng: &mut TestRng, vocab: usize, spread: f32, ties: bool) -> Ve
 
 #[test]
 fn greedy_token_is_what_greedy_parameters_draw() {
-    let mut rng = TestRng(7);
+    let mut rng = SplitMix64::new(7);
     let mut sampler = Sampler::new();
     let edge: [&[f32]; 6] = [
         &[1.0, 3.0, 2.0, 3.0],
@@ -305,7 +287,7 @@ fn greedy_token_is_what_greedy_parameters_draw() {
 
 #[test]
 fn top_k_one_is_greedy_at_any_temperature() {
-    let mut rng = TestRng(1);
+    let mut rng = SplitMix64::new(1);
     let mut sampler = Sampler::new();
     for case in 0..200 {
         let vocab = 1 + rng.below(3000);
@@ -334,7 +316,7 @@ fn top_k_one_is_greedy_at_any_temperature() {
 
 #[test]
 fn top_k_selection_equals_full_sort() {
-    let mut rng = TestRng(2);
+    let mut rng = SplitMix64::new(2);
     for case in 0..300 {
         let vocab = 2 + rng.below(5000);
         let z: Vec<f32> = random_logits(&mut rng, vocab, 4.0, case % 2 == 0)
@@ -372,7 +354,7 @@ fn exp_nonpos_is_accurate_and_exact_at_zero() {
 /// The fast path against the full-sort definition over many random rows and parameter sets.
 #[test]
 fn fast_path_equals_reference() {
-    let mut rng = TestRng(3);
+    let mut rng = SplitMix64::new(3);
     let mut sampler = Sampler::new();
     // The passes over the whole vocabulary split over 2, 3 and 5 threads: the same tokens.
     let mut pooled: Vec<Sampler> = [2, 3, 5]
@@ -418,14 +400,14 @@ fn fast_path_equals_reference() {
 #[test]
 fn fast_path_equals_reference_at_full_vocab() {
     const VOCAB: usize = 151_936;
-    let mut rng = TestRng(4);
+    let mut rng = SplitMix64::new(4);
     let mut sampler = Sampler::new();
     let mut pooled = Sampler::with_pool(Arc::new(ThreadPool::new(4)));
     for case in 0..12 {
-        let mut logits: Vec<f32> = (0..VOCAB).map(|_| (rng.unit() - 0.5) * 6.0).collect();
+        let mut logits: Vec<f32> = (0..VOCAB).map(|_| (rng.next_f32() - 0.5) * 6.0).collect();
         if case % 2 == 0 {
             for _ in 0..50 {
-                logits[rng.below(VOCAB)] = 8.0 + rng.unit() * 12.0;
+                logits[rng.below(VOCAB)] = 8.0 + rng.next_f32() * 12.0;
             }
         }
         let history: Vec<u32> = (0..200).map(|_| rng.below(VOCAB) as u32).collect();
@@ -457,7 +439,7 @@ fn fast_path_equals_reference_at_full_vocab() {
 
 #[test]
 fn sampling_is_deterministic_and_keyed() {
-    let mut rng = TestRng(5);
+    let mut rng = SplitMix64::new(5);
     let logits = random_logits(&mut rng, 500, 2.0, false);
     let params = SamplingParams {
         top_p: 0.95,

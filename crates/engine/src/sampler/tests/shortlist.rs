@@ -1,6 +1,6 @@
 //! Draws decided from shortlists ([`Shortlist::token`]) are the sampler's draws.
 
-use super::{random_logits, TestRng};
+use super::{random_logits, SplitMix64};
 use crate::sampler::{NoiseKey, Sampler, SamplingParams, Shortlist, SHORTLIST_SLACK};
 
 fn plain(temperature: f32) -> SamplingParams {
@@ -16,7 +16,7 @@ fn plain(temperature: f32) -> SamplingParams {
 /// device's different `ln`) decide the same way.
 #[test]
 fn shortlist_tokens_are_the_sampler_tokens() {
-    let mut rng = TestRng(31);
+    let mut rng = SplitMix64::new(31);
     let mut sampler = Sampler::new();
     let mut rows: Vec<Vec<f32>> = vec![
         vec![1.0, 3.0, 2.0, 3.0],
