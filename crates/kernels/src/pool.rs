@@ -24,6 +24,7 @@ struct Job {
 // SAFETY: `f` points to a `Sync` closure and is only called while the owning `for_chunks` call is
 // still waiting (see `Job`).
 unsafe impl Send for Job {}
+// SAFETY: as for `Send`: shared references only call the `Sync` closure, under the same wait.
 unsafe impl Sync for Job {}
 
 impl Job {
@@ -226,6 +227,7 @@ pub struct SharedOut(pub *mut f32);
 // SAFETY: users only write disjoint index sets from different threads (columns or rows split by
 // `for_ranges`), and the buffer outlives the parallel call.
 unsafe impl Send for SharedOut {}
+// SAFETY: as for `Send`: the writes through shared copies go to disjoint indices.
 unsafe impl Sync for SharedOut {}
 
 impl SharedOut {
