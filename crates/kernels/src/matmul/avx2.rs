@@ -347,7 +347,7 @@ rows_by_eight!(rows_q4_0, q4_0_rows, "avx2,fma,f16c");
 /// One weight row of k-quant blocks of `bytes` bytes: `block(blk, x, sums)` returns
 /// `(isum, msum, d, dmin)` given the block's 256 activations and their 16 group sums.
 #[inline(always)]
-unsafe fn kquant_dot(
+pub(super) unsafe fn kquant_dot(
     w: &[u8],
     x: &QuantAct,
     row: usize,

@@ -4,6 +4,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+use super::avx2::kquant_dot;
 use super::lanes8::{prefetch_ahead, reduce8_256, step8};
 use super::reference::block_step;
 use super::unpack::{f16_at, scales_mins_k4, Shape};
@@ -488,32 +489,6 @@ unsafe fn hsum_8(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
-/// One weight row of k-quant blocks of `bytes` bytes: `block(blk, x, sums)` returns
-/// `(isum, msum, d, dmin)` given the block's 256 activations and their 16 group sums.
-#[inline(always)]
-unsafe fn kq_dot(
-    w: &[u8],
-    x: &QuantAct,
-    row: usize,
-    bytes: usize,
-    shape: Shape,
-    block: impl Fn(&[u8], *const i8, __m256i) -> (i32, i32, f32, f32),
-) -> f32 {
-    let qs = x.row_qs(row);
-    let ds = x.row_d(row);
-    let sums = x.row_sums(row);
-    let nb = w.len() / bytes;
-    assert!(256 * nb <= qs.len() && nb <= ds.len() && 16 * nb <= sums.len());
-    let mut acc = 0f32;
-    for b in 0..nb {
-        let blk = w.get_unchecked(bytes * b..bytes * (b + 1));
-        let sums16 = _mm256_loadu_si256(sums.as_ptr().add(16 * b) as *const __m256i);
-        let (isum, msum, d, dmin) = block(blk, qs.as_ptr().add(256 * b), sums16);
-        acc = block_step(acc, shape, d, dmin, *ds.get_unchecked(b), isum, msum);
-    }
-    acc
-}
-
 /// Scales of groups 4q..4q+4 over four lanes each, from 16 i32 lanes of group scales.
 #[inline(always)]
 unsafe fn group_scales(s32: __m512i, q: i32) -> __m512i {
@@ -534,7 +509,7 @@ unsafe fn two_bit_quarter(qs: *const u8, h: usize) -> __m512i {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q2k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    kq_dot(w, x, row, 84, Shape::ScaleMinusMin, |blk, xb, sums16| {
+    kquant_dot(w, x, row, 84, Shape::ScaleMinusMin, |blk, xb, sums16| {
         let p = blk.as_ptr();
         let packed = _mm_loadu_si128(p as *const __m128i);
         let m4 = _mm_set1_epi8(0x0F);
@@ -557,7 +532,7 @@ pub unsafe fn dot_q2k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q3k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    kq_dot(w, x, row, 110, Shape::Scale, |blk, xb, sums16| {
+    kquant_dot(w, x, row, 110, Shape::Scale, |blk, xb, sums16| {
         let p = blk.as_ptr();
         let sc = &blk[96..108];
         let a0 = u32::from_le_bytes([sc[0], sc[1], sc[2], sc[3]]);
@@ -601,7 +576,7 @@ pub unsafe fn dot_q3k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn dot_q5k(w: &[u8], x: &QuantAct, row: usize) -> f32 {
-    kq_dot(w, x, row, 176, Shape::ScaleMinusMin, |blk, xb, sums16| {
+    kquant_dot(w, x, row, 176, Shape::ScaleMinusMin, |blk, xb, sums16| {
         let p = blk.as_ptr();
         // The 8 six-bit scales (bytes 0..8) and mins (bytes 8..16), as `scale_min_k4` reads them.
         let s = &blk[4..16];
