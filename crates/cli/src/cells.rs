@@ -333,12 +333,12 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
             drafted += d.receipt.drafted;
             accepted += d.receipt.accepted;
             for src in &d.receipt.sources {
-                match sources.iter_mut().find(|x| x.0 == src.name) {
+                match sources.iter_mut().find(|x| x.0 == src.name()) {
                     Some(x) => {
                         x.1 += src.drafted;
                         x.2 += src.accepted;
                     }
-                    None => sources.push((src.name, src.drafted, src.accepted)),
+                    None => sources.push((src.name(), src.drafted, src.accepted)),
                 }
             }
             for (j, (pd, pa)) in d.receipt.by_position.iter().enumerate() {

@@ -3,6 +3,7 @@
 //! number of drafts that maximizes expected committed tokens per second. When drafts stop paying,
 //! the answer is zero: never slower than serial.
 
+use crate::proposer::SourceId;
 use std::collections::HashMap;
 use tf_core::SeqId;
 
@@ -83,18 +84,18 @@ pub struct CostModel {
     /// How the machine runs now relative to the measured shape.
     scale: f64,
     /// Per proposer: P(guess i accepted | guesses before it accepted), over all sequences.
-    accept: HashMap<&'static str, Curve>,
+    accept: HashMap<SourceId, Curve>,
     /// Per sequence and proposer, started from the proposer's curve at the sequence's first
     /// window and then following that sequence only.
-    seq_accept: HashMap<(SeqId, &'static str), SeqCurve>,
+    seq_accept: HashMap<(SeqId, SourceId), SeqCurve>,
     /// Acceptance assumed for a proposer before it is observed (default [`PRIOR_ACCEPT`]).
-    priors: HashMap<&'static str, f64>,
+    priors: HashMap<SourceId, f64>,
     /// Per proposer that runs a model: seconds per proposed token over seconds of a one-row
     /// target forward.
-    propose_secs: HashMap<&'static str, f64>,
+    propose_secs: HashMap<SourceId, f64>,
     /// Per proposer that runs a model: seconds per row of its catch-up forwards over seconds of
     /// a one-row target forward.
-    catch_up_row: HashMap<&'static str, f64>,
+    catch_up_row: HashMap<SourceId, f64>,
 }
 
 impl CostModel {
@@ -131,12 +132,12 @@ impl CostModel {
     }
 
     /// Acceptance to assume for `source` before any of its guesses is observed.
-    pub fn set_prior(&mut self, source: &'static str, p: f64) {
+    pub fn set_prior(&mut self, source: SourceId, p: f64) {
         self.priors.insert(source, p.clamp(0.0, 1.0));
     }
 
-    fn prior(&self, source: &'static str) -> f64 {
-        self.priors.get(source).copied().unwrap_or(PRIOR_ACCEPT)
+    fn prior(&self, source: SourceId) -> f64 {
+        self.priors.get(&source).copied().unwrap_or(PRIOR_ACCEPT)
     }
 
     /// A flat cost (every forward the same price): drafting always pays. For tests.
@@ -180,7 +181,7 @@ impl CostModel {
     /// cheap measurements are the true cost, and a guess measured in a slow moment must not
     /// keep a good proposer from being used (it is only measured again when it runs, that is,
     /// on a probe).
-    pub fn observe_propose(&mut self, source: &'static str, tokens: usize, secs: f64) {
+    pub fn observe_propose(&mut self, source: SourceId, tokens: usize, secs: f64) {
         if tokens == 0 || secs.is_nan() || secs < 0.0 {
             return;
         }
@@ -190,7 +191,7 @@ impl CostModel {
 
     /// A proposer's catch-up forward ran `rows` rows in `secs` (kept like
     /// [`observe_propose`](CostModel::observe_propose)).
-    pub fn observe_catch_up(&mut self, source: &'static str, rows: usize, secs: f64) {
+    pub fn observe_catch_up(&mut self, source: SourceId, rows: usize, secs: f64) {
         if rows == 0 || secs.is_nan() || secs < 0.0 {
             return;
         }
@@ -199,8 +200,8 @@ impl CostModel {
     }
 
     /// Seconds per guess of `source` (0 until it was observed).
-    pub fn propose_secs(&self, source: &'static str) -> f64 {
-        self.propose_secs.get(source).copied().unwrap_or(0.0) * self.forward_secs(1)
+    pub fn propose_secs(&self, source: SourceId) -> f64 {
+        self.propose_secs.get(&source).copied().unwrap_or(0.0) * self.forward_secs(1)
     }
 
     /// What a catch-up of `rows` rows through `source` (a draft model) is expected to cost a
@@ -213,17 +214,17 @@ impl CostModel {
     /// A catch-up of up to one window's rows (`MAX_DRAFT + 1`: a round of copies) is not
     /// charged: whichever source takes this round, the model pays about that much when it is
     /// next used, so it must not tilt the choice toward copies (short copies are rarely right).
-    pub fn catch_up_secs(&self, source: &'static str, rows: usize) -> f64 {
+    pub fn catch_up_secs(&self, source: SourceId, rows: usize) -> f64 {
         self.catch_up_whole_secs(source, rows) / CATCH_UP_ROUNDS as f64
     }
 
     /// The whole of that catch-up's expected seconds, not shared over rounds (a prompt's
     /// prefill, a probe's catch-up); zero up to one window's rows, as there.
-    pub fn catch_up_whole_secs(&self, source: &'static str, rows: usize) -> f64 {
+    pub fn catch_up_whole_secs(&self, source: SourceId, rows: usize) -> f64 {
         if rows <= MAX_DRAFT + 1 {
             return 0.0;
         }
-        match self.catch_up_row.get(source) {
+        match self.catch_up_row.get(&source) {
             Some(per_row) => per_row * rows as f64 * self.forward_secs(1),
             None => self.propose_secs(source) * self.forward_secs(rows) / self.forward_secs(1),
         }
@@ -232,7 +233,7 @@ impl CostModel {
     /// Rows of `source`'s catch-up that cost about what a target forward of `rows` rows costs
     /// (at least `rows`; every row when nothing is known of its cost): how much of a long
     /// prompt a draft model runs in one step.
-    pub fn catch_up_rows_like(&self, source: &'static str, rows: usize) -> usize {
+    pub fn catch_up_rows_like(&self, source: SourceId, rows: usize) -> usize {
         // A row's cost measured far past any step's rows, where a catch-up's cost is linear.
         const MANY: usize = 1 << 16;
         let per_row = self.catch_up_whole_secs(source, MANY) / MANY as f64;
@@ -247,7 +248,7 @@ impl CostModel {
     /// `accepted` accepted.
     pub fn observe_accept(
         &mut self,
-        source: &'static str,
+        source: SourceId,
         seq: Option<SeqId>,
         drafted: usize,
         accepted: usize,
@@ -276,7 +277,7 @@ impl CostModel {
     /// earned. Starting a good proposer halfway down to the prior cost every request its
     /// first rounds: a code completion whose guesses land 0.9 of the time began with the
     /// windows of 0.8, about one guess shorter, until its own record caught up.
-    fn seq_start(&self, source: &'static str) -> SeqCurve {
+    fn seq_start(&self, source: SourceId) -> SeqCurve {
         let all = self.acceptance(source, None);
         let prior = self.prior(source);
         SeqCurve {
@@ -296,14 +297,14 @@ impl CostModel {
     /// keep landing one further, so that windows can grow and learn; the prior where nothing
     /// was seen). For a sequence, its own optimistic estimate ([`SeqCurve`], started by
     /// [`seq_start`](CostModel::seq_start)).
-    pub fn acceptance(&self, source: &'static str, seq: Option<SeqId>) -> [f64; MAX_DRAFT] {
+    pub fn acceptance(&self, source: SourceId, seq: Option<SeqId>) -> [f64; MAX_DRAFT] {
         if let Some(id) = seq {
             return match self.seq_accept.get(&(id, source)) {
                 Some(c) => c.optimistic(),
                 None => self.seq_start(source).optimistic(),
             };
         }
-        match self.accept.get(source) {
+        match self.accept.get(&source) {
             None | Some((_, 0)) => [self.prior(source); MAX_DRAFT],
             Some(&(mut p, seen)) => {
                 for i in seen..MAX_DRAFT {
@@ -331,7 +332,7 @@ impl CostModel {
     /// rate over all sequences so far), times the tokens, against the rows' cost (as for a
     /// catch-up, not shared over rounds). A long prompt with a short reply is served faster
     /// without the draft model.
-    pub fn prefill_can_pay(&self, source: &'static str, rows: usize, tokens: usize) -> bool {
+    pub fn prefill_can_pay(&self, source: SourceId, rows: usize, tokens: usize) -> bool {
         let per = self.propose_secs(source);
         let best = (1..=MAX_DRAFT)
             .map(|k| {
@@ -344,7 +345,7 @@ impl CostModel {
 
     /// Expected tokens committed by a window with `k` guesses from `source`: the target's own
     /// token plus each guess weighted by the chance that it and all before it are accepted.
-    pub fn expected_tokens(&self, source: &'static str, seq: Option<SeqId>, k: usize) -> f64 {
+    pub fn expected_tokens(&self, source: SourceId, seq: Option<SeqId>, k: usize) -> f64 {
         let p = self.acceptance(source, seq);
         let mut total = 1.0;
         let mut chain = 1.0;
@@ -360,7 +361,7 @@ impl CostModel {
     /// work. `per_guess_secs` is what producing one guess costs (zero for copies).
     pub fn best_window(
         &self,
-        source: &'static str,
+        source: SourceId,
         seq: Option<SeqId>,
         available: usize,
         other_rows: usize,
@@ -441,28 +442,28 @@ mod tests {
     #[test]
     fn a_prefill_is_run_only_where_the_reply_could_pay_it_back() {
         let mut cost = CostModel::from_points(&[(1, 1.0), (4, 1.1), (8, 1.5), (16, 2.8)]);
-        cost.observe_propose("draft-model", 4, 4.0 * 0.25);
-        cost.observe_catch_up("draft-model", 32, 32.0 * 0.08);
+        cost.observe_propose(SourceId::DraftModel, 4, 4.0 * 0.25);
+        cost.observe_catch_up(SourceId::DraftModel, 32, 32.0 * 0.08);
         // 5000 rows cost 400 steps; 8 tokens save at most a few.
-        assert!(!cost.prefill_can_pay("draft-model", 5000, 8));
-        assert!(cost.prefill_can_pay("draft-model", 5000, 4000));
+        assert!(!cost.prefill_can_pay(SourceId::DraftModel, 5000, 8));
+        assert!(cost.prefill_can_pay(SourceId::DraftModel, 5000, 4000));
         // Guesses accepted at half the time (the prior) save about 0.15 of a step a token,
         // not the 0.4 that every guess accepted would: 2000 tokens do not pay 400 steps.
-        assert!(!cost.prefill_can_pay("draft-model", 5000, 2000));
+        assert!(!cost.prefill_can_pay(SourceId::DraftModel, 5000, 2000));
         let mut good = CostModel::from_points(&[(1, 1.0), (4, 1.1), (8, 1.5), (16, 2.8)]);
-        good.observe_propose("draft-model", 4, 4.0 * 0.25);
-        good.observe_catch_up("draft-model", 32, 32.0 * 0.08);
-        good.set_prior("draft-model", 0.9);
-        assert!(good.prefill_can_pay("draft-model", 5000, 2000));
+        good.observe_propose(SourceId::DraftModel, 4, 4.0 * 0.25);
+        good.observe_catch_up(SourceId::DraftModel, 32, 32.0 * 0.08);
+        good.set_prior(SourceId::DraftModel, 0.9);
+        assert!(good.prefill_can_pay(SourceId::DraftModel, 5000, 2000));
         // A short prompt pays within a short reply.
-        assert!(cost.prefill_can_pay("draft-model", 100, 64));
-        assert!(!cost.prefill_can_pay("draft-model", 100, 4));
+        assert!(cost.prefill_can_pay(SourceId::DraftModel, 100, 64));
+        assert!(!cost.prefill_can_pay(SourceId::DraftModel, 100, 4));
         // Up to a window's rows are never charged.
-        assert!(cost.prefill_can_pay("draft-model", MAX_DRAFT, 1));
+        assert!(cost.prefill_can_pay(SourceId::DraftModel, MAX_DRAFT, 1));
         // A draft as dear as the target never saves anything.
         let mut dear = CostModel::from_points(&[(1, 1.0), (16, 1.0)]);
-        dear.observe_propose("draft-model", 1, 1.0);
-        assert!(!dear.prefill_can_pay("draft-model", 100, 1000));
+        dear.observe_propose(SourceId::DraftModel, 1, 1.0);
+        assert!(!dear.prefill_can_pay(SourceId::DraftModel, 100, 1000));
     }
 
     #[test]
@@ -470,43 +471,43 @@ mod tests {
         // The CPU's shape: up to 4 rows at one row's cost, then about linear.
         let mut cost =
             CostModel::from_points(&[(1, 1.0), (4, 1.0), (8, 1.5), (16, 3.0), (32, 6.0)]);
-        cost.observe_propose("draft-model", 1, 0.25);
+        cost.observe_propose(SourceId::DraftModel, 1, 0.25);
         // Up to one window behind: paid whichever source takes the round, so not charged.
-        assert_eq!(cost.catch_up_secs("draft-model", 0), 0.0);
-        assert_eq!(cost.catch_up_secs("draft-model", MAX_DRAFT + 1), 0.0);
+        assert_eq!(cost.catch_up_secs(SourceId::DraftModel, 0), 0.0);
+        assert_eq!(cost.catch_up_secs(SourceId::DraftModel, MAX_DRAFT + 1), 0.0);
         // Before any catch-up ran: the target's curve scaled to a guess, over its rounds.
-        let per = cost.propose_secs("draft-model");
+        let per = cost.propose_secs(SourceId::DraftModel);
         for rows in [MAX_DRAFT + 2, 32] {
-            let got = cost.catch_up_secs("draft-model", rows);
+            let got = cost.catch_up_secs(SourceId::DraftModel, rows);
             let want =
                 per * cost.forward_secs(rows) / cost.forward_secs(1) / CATCH_UP_ROUNDS as f64;
             assert!((got - want).abs() < 1e-12, "{rows}: {got} {want}");
         }
         // 100 rows behind (a long run of copies): a catch-up of several target steps.
-        let long = cost.catch_up_secs("draft-model", 100);
+        let long = cost.catch_up_secs(SourceId::DraftModel, 100);
         assert!(
             long > 4.0 * cost.forward_secs(1) / CATCH_UP_ROUNDS as f64,
             "{long}"
         );
-        assert!(long > 3.0 * cost.catch_up_secs("draft-model", 32));
+        assert!(long > 3.0 * cost.catch_up_secs(SourceId::DraftModel, 32));
         // A source never measured costs nothing to catch up.
-        assert_eq!(cost.catch_up_secs("copies", 100), 0.0);
+        assert_eq!(cost.catch_up_secs(SourceId::Other("copies"), 100), 0.0);
         // Measured: 20 rows in 4 s (each row nearly a guess, as on an AVX2 CPU), charged per
         // row whatever the target's curve says.
-        cost.observe_catch_up("draft-model", 20, 4.0);
-        let twenty = cost.catch_up_secs("draft-model", 20);
+        cost.observe_catch_up(SourceId::DraftModel, 20, 4.0);
+        let twenty = cost.catch_up_secs(SourceId::DraftModel, 20);
         assert!((twenty - 1.0).abs() < 1e-12, "{twenty}");
-        let forty = cost.catch_up_secs("draft-model", 40);
+        let forty = cost.catch_up_secs(SourceId::DraftModel, 40);
         assert!((forty - 2.0).abs() < 1e-12, "{forty}");
         // A slower measurement moves the estimate only a little; a cheaper one halfway.
-        cost.observe_catch_up("draft-model", 20, 40.0);
-        let after_slow = cost.catch_up_secs("draft-model", 20);
+        cost.observe_catch_up(SourceId::DraftModel, 20, 40.0);
+        let after_slow = cost.catch_up_secs(SourceId::DraftModel, 20);
         assert!(
             after_slow > twenty && after_slow < 2.0 * twenty,
             "{after_slow}"
         );
-        cost.observe_catch_up("draft-model", 20, 0.0);
-        assert!(cost.catch_up_secs("draft-model", 20) < 0.6 * after_slow);
+        cost.observe_catch_up(SourceId::DraftModel, 20, 0.0);
+        assert!(cost.catch_up_secs(SourceId::DraftModel, 20) < 0.6 * after_slow);
     }
 
     #[test]
@@ -514,42 +515,57 @@ mod tests {
         // Rows nearly free: draft as much as is available.
         let mut cheap = CostModel::from_points(&[(1, 1.0), (16, 1.2)]);
         for _ in 0..200 {
-            cheap.observe_accept("copies", None, 8, 8);
+            cheap.observe_accept(SourceId::Other("copies"), None, 8, 8);
         }
-        assert_eq!(cheap.best_window("copies", None, 8, 0, 0.0), 8);
+        assert_eq!(
+            cheap.best_window(SourceId::Other("copies"), None, 8, 0, 0.0),
+            8
+        );
         // Guesses never accepted: propose none.
         for _ in 0..400 {
-            cheap.observe_accept("copies", None, 4, 0);
+            cheap.observe_accept(SourceId::Other("copies"), None, 4, 0);
         }
-        assert_eq!(cheap.best_window("copies", None, 8, 0, 0.0), 0);
+        assert_eq!(
+            cheap.best_window(SourceId::Other("copies"), None, 8, 0, 0.0),
+            0
+        );
         // Rows cost as much as serial steps: no gain possible.
         let linear = CostModel::from_points(&[(1, 1.0), (16, 16.0)]);
-        assert_eq!(linear.best_window("copies", None, 8, 0, 0.0), 0);
+        assert_eq!(
+            linear.best_window(SourceId::Other("copies"), None, 8, 0, 0.0),
+            0
+        );
         // A proposer that costs 70% of a target step per guess does not pay at 60% acceptance
         // (1.6 tokens for 1.73 steps); at 5% it does.
         let flatish = CostModel::from_points(&[(1, 1.0), (16, 1.5)]);
-        assert_eq!(flatish.best_window("draft-model", None, 8, 0, 0.7), 0);
-        assert!(flatish.best_window("draft-model", None, 8, 0, 0.05) > 0);
+        assert_eq!(
+            flatish.best_window(SourceId::DraftModel, None, 8, 0, 0.7),
+            0
+        );
+        assert!(flatish.best_window(SourceId::DraftModel, None, 8, 0, 0.05) > 0);
     }
 
     #[test]
     fn each_sequence_follows_its_own_acceptance() {
         let mut m = CostModel::from_points(&[(1, 1.0), (8, 1.3)]);
-        m.set_prior("d", 0.7);
-        assert_eq!(m.acceptance("d", None), [0.7; MAX_DRAFT]);
-        assert!(m.acceptance("d", Some(1))[0] > 0.7, "optimistic at first");
+        m.set_prior(SourceId::Other("d"), 0.7);
+        assert_eq!(m.acceptance(SourceId::Other("d"), None), [0.7; MAX_DRAFT]);
+        assert!(
+            m.acceptance(SourceId::Other("d"), Some(1))[0] > 0.7,
+            "optimistic at first"
+        );
         // Sequence 1 accepts everything, sequence 2 nothing: each is sized by its own record,
         // and a new sequence starts from what all of them taught.
         for _ in 0..30 {
-            m.observe_accept("d", Some(1), 4, 4);
-            m.observe_accept("d", Some(2), 4, 0);
+            m.observe_accept(SourceId::Other("d"), Some(1), 4, 4);
+            m.observe_accept(SourceId::Other("d"), Some(2), 4, 0);
         }
-        assert!(m.best_window("d", Some(1), 8, 0, 0.1) >= 4);
-        assert_eq!(m.best_window("d", Some(2), 8, 0, 0.1), 0);
+        assert!(m.best_window(SourceId::Other("d"), Some(1), 8, 0, 0.1) >= 4);
+        assert_eq!(m.best_window(SourceId::Other("d"), Some(2), 8, 0, 0.1), 0);
         // A new sequence starts from what all of them taught where it beats the prior, else
         // halfway between the two.
-        let all = m.acceptance("d", None);
-        let fresh = m.acceptance("d", Some(3));
+        let all = m.acceptance(SourceId::Other("d"), None);
+        let fresh = m.acceptance(SourceId::Other("d"), Some(3));
         for i in 0..MAX_DRAFT {
             let start = (0.5 * (0.7 + all[i])).max(all[i]);
             let at = |p: f64| if i == 0 { p } else { p.min(fresh[i - 1]) };
@@ -558,13 +574,13 @@ mod tests {
         }
         // After a run of good windows a new sequence starts at their curve, not below it.
         let mut good = CostModel::from_points(&[(1, 1.0), (8, 1.3)]);
-        good.set_prior("d", 0.7);
+        good.set_prior(SourceId::Other("d"), 0.7);
         for _ in 0..60 {
-            good.observe_accept("d", Some(5), 6, 6);
+            good.observe_accept(SourceId::Other("d"), Some(5), 6, 6);
         }
-        let all = good.acceptance("d", None);
+        let all = good.acceptance(SourceId::Other("d"), None);
         assert!(all[5] > 0.9, "{all:?}");
-        let fresh = good.acceptance("d", Some(6));
+        let fresh = good.acceptance(SourceId::Other("d"), Some(6));
         // (each position capped by the one before it, as for any position not tried yet)
         for i in 0..6 {
             let floor = all[..=i].iter().copied().fold(1.0, f64::min);
@@ -572,39 +588,45 @@ mod tests {
         }
         // After a run of misses it starts halfway back to the prior, so it is tried again.
         for _ in 0..200 {
-            good.observe_accept("d", Some(5), 6, 0);
+            good.observe_accept(SourceId::Other("d"), Some(5), 6, 0);
         }
-        let all = good.acceptance("d", None)[0];
-        let fresh = good.acceptance("d", Some(8))[0];
+        let all = good.acceptance(SourceId::Other("d"), None)[0];
+        let fresh = good.acceptance(SourceId::Other("d"), Some(8))[0];
         assert!(
             all < 0.2 && fresh > 0.5 * (0.7 + all) - 1e-12,
             "{fresh} {all}"
         );
         // One early miss of a good proposer leaves it worth another try.
         let mut g = CostModel::from_points(&[(1, 1.0), (8, 1.3)]);
-        g.set_prior("d", 0.85);
-        g.observe_accept("d", Some(7), 4, 0);
-        assert!(g.best_window("d", Some(7), 8, 0, 0.3) > 0);
+        g.set_prior(SourceId::Other("d"), 0.85);
+        g.observe_accept(SourceId::Other("d"), Some(7), 4, 0);
+        assert!(g.best_window(SourceId::Other("d"), Some(7), 8, 0, 0.3) > 0);
         m.forget(1);
-        assert_eq!(m.acceptance("d", Some(1)), m.acceptance("d", Some(3)));
+        assert_eq!(
+            m.acceptance(SourceId::Other("d"), Some(1)),
+            m.acceptance(SourceId::Other("d"), Some(3))
+        );
         // Learnt curves and priors survive a new calibration.
         let r = m.recalibrated(&[(1, 2.0)]);
-        assert_eq!(r.acceptance("d", Some(2)), m.acceptance("d", Some(2)));
+        assert_eq!(
+            r.acceptance(SourceId::Other("d"), Some(2)),
+            m.acceptance(SourceId::Other("d"), Some(2))
+        );
         assert_eq!(r.forward_secs(1), 2.0);
     }
 
     #[test]
     fn a_slow_guess_raises_the_cost_slowly_and_a_fast_one_lowers_it_fast() {
         let mut c = CostModel::from_points(&[(1, 1.0), (8, 2.0)]);
-        c.observe_propose("m", 1, 0.25);
-        assert_eq!(c.propose_secs("m"), 0.25);
+        c.observe_propose(SourceId::Other("m"), 1, 0.25);
+        assert_eq!(c.propose_secs(SourceId::Other("m")), 0.25);
         // A stall of 40 forwards: capped at three times the estimate, a third of the way.
-        c.observe_propose("m", 1, 10.0);
-        let after = c.propose_secs("m");
+        c.observe_propose(SourceId::Other("m"), 1, 10.0);
+        let after = c.propose_secs(SourceId::Other("m"));
         assert!(after > 0.25 && after < 0.5, "{after}");
         // Back to normal: halfway down at once.
-        c.observe_propose("m", 1, 0.25);
-        assert!((c.propose_secs("m") - (after + 0.25) / 2.0).abs() < 1e-12);
+        c.observe_propose(SourceId::Other("m"), 1, 0.25);
+        assert!((c.propose_secs(SourceId::Other("m")) - (after + 0.25) / 2.0).abs() < 1e-12);
     }
 
     #[test]
@@ -623,9 +645,9 @@ mod tests {
     fn acceptance_is_conditional_per_position() {
         let mut m = CostModel::flat();
         for _ in 0..500 {
-            m.observe_accept("x", None, 4, 1);
+            m.observe_accept(SourceId::Other("x"), None, 4, 1);
         }
-        let p = m.acceptance("x", None);
+        let p = m.acceptance(SourceId::Other("x"), None);
         assert!(p[0] > 0.95 && p[1] < 0.05);
         // No observation past the first miss: the last observed position's estimate.
         assert_eq!(p[2], p[1]);
@@ -639,14 +661,17 @@ mod tests {
         // it there), and a position's first observation starts from that estimate.
         let mut m = CostModel::from_points(&[(1, 1.0), (4, 1.45), (8, 2.1), (16, 4.2)]);
         for _ in 0..100 {
-            m.observe_accept("c", None, 3, 3);
+            m.observe_accept(SourceId::Other("c"), None, 3, 3);
         }
-        let p = m.acceptance("c", None);
+        let p = m.acceptance(SourceId::Other("c"), None);
         assert!(p[2] > 0.99 && p[3] == p[2] && p[8] == p[2]);
-        assert!(m.best_window("c", None, 8, 0, 0.0) > 3);
-        m.observe_accept("c", None, 4, 3);
-        let q = m.acceptance("c", None);
+        assert!(m.best_window(SourceId::Other("c"), None, 8, 0, 0.0) > 3);
+        m.observe_accept(SourceId::Other("c"), None, 4, 3);
+        let q = m.acceptance(SourceId::Other("c"), None);
         assert!((q[3] - q[2] * (1.0 - DECAY)).abs() < 1e-12, "{}", q[3]);
-        assert_eq!(m.acceptance("never", None), [PRIOR_ACCEPT; MAX_DRAFT]);
+        assert_eq!(
+            m.acceptance(SourceId::Other("never"), None),
+            [PRIOR_ACCEPT; MAX_DRAFT]
+        );
     }
 }

@@ -18,6 +18,7 @@ const DRAFT_MODEL_PRIOR: f64 = 0.7;
 const COPY_PRIORS: [f64; 6] = [0.3, 0.4, 0.5, 0.6, 0.75, 0.85];
 use crate::draw::{Ask, RoundOut};
 use crate::error::EngineError;
+use crate::proposer::SourceId;
 use crate::proposer::{copy_source, Copies, Proposer, COPY_SOURCES};
 use crate::request::{Event, FinishReason, Request};
 use crate::runner::{Row, Runner};
@@ -77,7 +78,7 @@ impl Default for EngineConfig {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Source {
     /// Context copies, tracked by the name of their match length.
-    Copies(&'static str),
+    Copies(SourceId),
     /// Index into `Engine::models`.
     Model(usize),
     /// Forced filler guesses (the last token repeated) when nothing else has one.
@@ -129,7 +130,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(runner: Box<dyn Runner>, config: EngineConfig, mut cost: CostModel) -> Engine {
         for (name, p) in COPY_SOURCES.iter().zip(COPY_PRIORS) {
-            cost.set_prior(name, p);
+            cost.set_prior(*name, p);
         }
         let blocks = BlockPool::new(runner.kv_blocks());
         let salt = runner.cache_salt();
@@ -160,7 +161,7 @@ impl Engine {
 
     /// Adds a proposer that runs a model (a draft model).
     pub fn add_draft_model(&mut self, p: Box<dyn Proposer>) {
-        self.cost.set_prior(p.name(), DRAFT_MODEL_PRIOR);
+        self.cost.set_prior(p.id(), DRAFT_MODEL_PRIOR);
         self.models.push(p);
     }
 
@@ -435,7 +436,7 @@ impl Engine {
         let k_copy = self
             .cost
             .best_window(copy_name, id, copy.len(), other_rows, 0.0);
-        let rate = |cost: &CostModel, name: &'static str, k: usize, per: f64, extra: f64| {
+        let rate = |cost: &CostModel, name: SourceId, k: usize, per: f64, extra: f64| {
             cost.expected_tokens(name, id, k)
                 / (cost.forward_secs(other_rows + 1 + k) + per * k as f64 + extra)
         };
@@ -453,16 +454,16 @@ impl Engine {
             if !s.model_on(mi) {
                 continue;
             }
-            let per = self.cost.propose_secs(m.name());
+            let per = self.cost.propose_secs(m.id());
             // A draft model that could not pay even with every guess right is not run at all:
             // each use also costs it a catch-up over the tokens committed since its last use.
             if !self.cost.can_ever_pay(other_rows, per) {
                 continue;
             }
             useful_models.push(mi);
-            let k = self.cost.best_window(m.name(), id, room, other_rows, per);
-            let catch_up = self.cost.catch_up_secs(m.name(), m.behind(&view));
-            let r = rate(&self.cost, m.name(), k, per, catch_up);
+            let k = self.cost.best_window(m.id(), id, room, other_rows, per);
+            let catch_up = self.cost.catch_up_secs(m.id(), m.behind(&view));
+            let r = rate(&self.cost, m.id(), k, per, catch_up);
             if k > 0 && r > best.2 {
                 best = (Some(Source::Model(mi)), k, r);
             }
@@ -492,7 +493,7 @@ impl Engine {
                 // copies land the model is not missed, and a round without them probes it,
                 // catch-up and all.
                 let m = &self.models[pick];
-                let catch_up = self.cost.catch_up_whole_secs(m.name(), m.behind(&view));
+                let catch_up = self.cost.catch_up_whole_secs(m.id(), m.behind(&view));
                 let dear = catch_up > self.cost.forward_secs(1);
                 // Nor ever when the catch-up alone would cost more than the rounds between
                 // probes can absorb.
@@ -535,9 +536,9 @@ impl Engine {
                     Some(per) => per * d.len() as f64,
                     None => t.elapsed().as_secs_f64(),
                 };
-                self.cost.observe_propose(m.name(), d.len(), secs);
+                self.cost.observe_propose(m.id(), d.len(), secs);
                 if let Some((rows, secs)) = m.last_catch_up() {
-                    self.cost.observe_catch_up(m.name(), rows, secs);
+                    self.cost.observe_catch_up(m.id(), rows, secs);
                 }
                 d
             }
@@ -593,11 +594,11 @@ impl Engine {
         (branches, slots)
     }
 
-    fn source_name(&self, source: Source) -> &'static str {
+    fn source_id(&self, source: Source) -> SourceId {
         match source {
-            Source::Copies(name) => name,
-            Source::Filler => "filler",
-            Source::Model(i) => self.models[i].name(),
+            Source::Copies(id) => id,
+            Source::Filler => SourceId::Filler,
+            Source::Model(i) => self.models[i].id(),
         }
     }
 }

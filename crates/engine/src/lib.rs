@@ -29,6 +29,7 @@ pub mod spill;
 pub use engine::{Engine, EngineConfig};
 pub use error::EngineError;
 pub use handle::{EngineHandle, EngineStats, EventStream};
+pub use proposer::{CopyLen, SourceId};
 pub use request::{token_sha, Event, FinishReason, Receipt, Request, SourceCounts};
 pub use runner::{ModelRunner, Runner};
 pub use sampler::{

@@ -1,5 +1,6 @@
 //! What a client submits and what it receives back.
 
+use crate::proposer::SourceId;
 use crate::sampler::SamplingParams;
 use tf_core::TokenId;
 
@@ -54,11 +55,17 @@ impl FinishReason {
 }
 
 /// Per-proposer drafting counts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceCounts {
-    pub name: &'static str,
+    pub source: SourceId,
     pub drafted: usize,
     pub accepted: usize,
+}
+
+impl SourceCounts {
+    pub fn name(&self) -> &'static str {
+        self.source.name()
+    }
 }
 
 /// What every finished request reports: enough to compare two runs of the same request.

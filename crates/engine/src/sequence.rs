@@ -1,5 +1,6 @@
 //! Engine-side state of one request.
 
+use crate::proposer::SourceId;
 use crate::request::{Event, FinishReason, Receipt, Request, SourceCounts};
 use std::time::Instant;
 use tf_core::{BlockId, SeqId, TokenId};
@@ -104,14 +105,14 @@ impl Seq {
         self.prompt_len() + self.req.max_tokens + crate::cost::MAX_DRAFT + 1
     }
 
-    pub fn count_source(&mut self, name: &'static str, drafted: usize, accepted: usize) {
-        match self.sources.iter_mut().find(|s| s.name == name) {
+    pub fn count_source(&mut self, source: SourceId, drafted: usize, accepted: usize) {
+        match self.sources.iter_mut().find(|s| s.source == source) {
             Some(s) => {
                 s.drafted += drafted;
                 s.accepted += accepted;
             }
             None => self.sources.push(SourceCounts {
-                name,
+                source,
                 drafted,
                 accepted,
             }),

@@ -143,8 +143,8 @@ fn a_long_prompt_with_a_short_reply_skips_the_draft_model() {
     for (seed, prompt_len, max_tokens, prefilled) in [(9100, 200, 300, true), (9200, 400, 2, false)]
     {
         let mut cost = CostModel::from_points(&[(1, 1.0), (4, 1.1), (8, 1.5), (16, 2.8)]);
-        cost.observe_propose("draft-model", 4, 1.0);
-        cost.observe_catch_up("draft-model", 32, 32.0 * 0.08);
+        cost.observe_propose(SourceId::DraftModel, 4, 1.0);
+        cost.observe_catch_up(SourceId::DraftModel, 32, 32.0 * 0.08);
         b.engine.cost = cost;
         let req = request(seed, false, prompt_len, max_tokens);
         let before = rows.load(Ordering::Relaxed);
@@ -179,8 +179,11 @@ fn calibration_measures_the_draft_model() {
             Some(Box::new(counted_draft(&pair.draft, pool, blocks, &rows)) as Box<dyn Proposer>)
         },
     );
-    assert!(b.engine.cost.propose_secs("draft-model") > 0.0);
-    assert!(!b.engine.cost.prefill_can_pay("draft-model", 100_000, 1));
+    assert!(b.engine.cost.propose_secs(SourceId::DraftModel) > 0.0);
+    assert!(!b
+        .engine
+        .cost
+        .prefill_can_pay(SourceId::DraftModel, 100_000, 1));
     // Two runs of a 32-row prefill and four guesses.
     assert_eq!(rows.load(Ordering::Relaxed), 2 * (32 + 4));
     assert_eq!(b.engine.free_blocks(), b.blocks);

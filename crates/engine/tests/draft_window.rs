@@ -131,7 +131,7 @@ fn a_long_catch_up_runs_in_parts_between_steps() {
             Some(Box::new(d) as Box<dyn Proposer>)
         });
         b.engine.cost = costs_that_pay();
-        let step = b.engine.cost.catch_up_rows_like("draft-model", 16);
+        let step = b.engine.cost.catch_up_rows_like(SourceId::DraftModel, 16);
         largest.store(0, Ordering::Relaxed);
         let req = request(9400 + u64::from(sampled), sampled, 440, 48);
         let run = run_all(&mut b, vec![(0, req.clone())]).pop().unwrap();
@@ -158,8 +158,8 @@ fn a_long_catch_up_runs_in_parts_between_steps() {
 /// of a step, a catch-up row 0.08 of one.
 fn costs_that_pay() -> CostModel {
     let mut cost = CostModel::from_points(&[(1, 1.0), (4, 1.1), (8, 1.5), (16, 2.8)]);
-    cost.observe_propose("draft-model", 4, 1.0);
-    cost.observe_catch_up("draft-model", 32, 32.0 * 0.08);
+    cost.observe_propose(SourceId::DraftModel, 4, 1.0);
+    cost.observe_catch_up(SourceId::DraftModel, 32, 32.0 * 0.08);
     cost
 }
 

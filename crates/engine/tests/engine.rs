@@ -11,11 +11,15 @@ use tf_engine::cost::CostModel;
 use tf_engine::fake::FakeRunner;
 use tf_engine::proposer::{Copies, Proposer, SeqView};
 use tf_engine::runner::Row;
+use tf_engine::SourceId;
 use tf_engine::{
     greedy_token, Engine, EngineConfig, EngineError, Event, NoiseKey, Pick, Receipt, Request,
     Runner, SamplingParams, Shortlist,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// The scripted proposer of these tests.
+const PROPHET: SourceId = SourceId::Other("prophet");
 
 const VOCAB: usize = 64;
 const BLOCKS: usize = 512;
@@ -172,8 +176,8 @@ struct Prophet {
 }
 
 impl Proposer for Prophet {
-    fn name(&self) -> &'static str {
-        "prophet"
+    fn id(&self) -> SourceId {
+        PROPHET
     }
     fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
         let (prompt, reply) = self
@@ -347,7 +351,7 @@ fn tree_drafts_equal_serial_and_get_accepted() {
                     .receipt
                     .sources
                     .iter()
-                    .filter(|s| s.name == "copies-tree")
+                    .filter(|s| s.source == SourceId::CopiesTree)
                     .map(|s| s.accepted)
                     .sum::<usize>();
             }
@@ -593,8 +597,8 @@ fn plain_picks_with_tree_drafts_equal_serial() {
 struct Timed(Prophet);
 
 impl Proposer for Timed {
-    fn name(&self) -> &'static str {
-        self.0.name()
+    fn id(&self) -> SourceId {
+        self.0.id()
     }
     fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
         self.0.propose(seq, max)
@@ -629,7 +633,7 @@ fn drafted_by(run: &Run, prefix: &str) -> usize {
     run.receipt
         .sources
         .iter()
-        .filter(|s| s.name.starts_with(prefix))
+        .filter(|s| s.name().starts_with(prefix))
         .map(|s| s.drafted)
         .sum()
 }
@@ -642,8 +646,8 @@ fn a_dear_looking_draft_model_is_probed_while_copies_win() {
     // The next token hangs on the last one only: a one-token copy is often right, never always.
     let (req, want, replies) = copying_reply(40, true);
     let mut cost = CostModel::flat();
-    cost.observe_propose("prophet", 1, 8.0);
-    assert!(!cost.can_ever_pay(0, cost.propose_secs("prophet")));
+    cost.observe_propose(PROPHET, 1, 8.0);
+    assert!(!cost.can_ever_pay(0, cost.propose_secs(PROPHET)));
     let mut e = copying_engine(cost);
     e.add_draft_model(Box::new(Timed(Prophet {
         replies,
@@ -674,8 +678,8 @@ struct FarBehind {
 }
 
 impl Proposer for FarBehind {
-    fn name(&self) -> &'static str {
-        self.inner.name()
+    fn id(&self) -> SourceId {
+        self.inner.id()
     }
     fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
         if self.behind(seq) > 0 {
@@ -710,7 +714,7 @@ fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
     let (req, want, replies) = copying_reply(41, false);
     let mut cost = CostModel::flat();
     // A catch-up row costs as much as a step.
-    cost.observe_catch_up("prophet", 1, 1.0);
+    cost.observe_catch_up(PROPHET, 1, 1.0);
     let mut e = copying_engine(cost);
     let asked = Arc::new(Mutex::new(Vec::new()));
     e.add_draft_model(Box::new(FarBehind {
@@ -747,7 +751,7 @@ fn a_draft_model_whose_catch_up_costs_more_than_probes_can_absorb_is_not_probed(
     // Sampled: copies are often wrong, so many rounds go without any guess.
     let (req, want, replies) = copying_reply(41, true);
     let mut cost = CostModel::flat();
-    cost.observe_catch_up("prophet", 1, 1.0);
+    cost.observe_catch_up(PROPHET, 1, 1.0);
     let mut e = copying_engine(cost);
     let asked = Arc::new(Mutex::new(Vec::new()));
     e.add_draft_model(Box::new(FarBehind {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use tf_core::{SeqId, TokenId};
 use tf_engine::proposer::DraftModel;
 use tf_engine::proposer::{Proposer, SeqView};
+use tf_engine::SourceId;
 use tf_engine::{EngineConfig, FinishReason, Request, SamplingParams};
 
 #[test]
@@ -138,8 +139,8 @@ struct Alternating {
 }
 
 impl Proposer for Alternating {
-    fn name(&self) -> &'static str {
-        "alternating"
+    fn id(&self) -> SourceId {
+        SourceId::Other("alternating")
     }
     fn costs_forward(&self) -> bool {
         true

@@ -294,7 +294,7 @@ fn real_models_drafted_equals_serial_and_concurrent_equals_solo() {
         rounds += run.receipt.rounds;
         tokens += run.receipt.completion_tokens;
         for s in &run.receipt.sources {
-            let e = by_source.entry(s.name).or_default();
+            let e = by_source.entry(s.name()).or_default();
             e.0 += s.drafted;
             e.1 += s.accepted;
         }

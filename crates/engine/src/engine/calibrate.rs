@@ -98,8 +98,8 @@ impl Engine {
                 m.release(0);
             }
             if guess < f64::MAX {
-                self.cost.observe_propose(m.name(), 1, guess);
-                self.cost.observe_catch_up(m.name(), 1, row);
+                self.cost.observe_propose(m.id(), 1, guess);
+                self.cost.observe_catch_up(m.id(), 1, row);
             }
         }
     }

@@ -6,6 +6,7 @@
 use super::{Engine, Plan};
 use crate::cost::MAX_DRAFT;
 use crate::draw::{accept, Drawn, Verdict};
+use crate::proposer::SourceId;
 use crate::request::{Event, FinishReason};
 use crate::sampler::Sampler;
 use crate::sequence::Seq;
@@ -91,14 +92,14 @@ impl Engine {
                     .saturating_sub(view.tokens.len() - view.prompt_len);
                 let (mut off, mut behind) = (Vec::new(), Vec::new());
                 for (mi, m) in self.models.iter_mut().enumerate() {
-                    if !self.cost.can_ever_pay(0, self.cost.propose_secs(m.name())) {
+                    if !self.cost.can_ever_pay(0, self.cost.propose_secs(m.id())) {
                         continue;
                     }
                     let rows = m.behind(&view);
                     let step = self
                         .cost
-                        .catch_up_rows_like(m.name(), self.config.max_step_rows);
-                    if !self.cost.prefill_can_pay(m.name(), rows, left) {
+                        .catch_up_rows_like(m.id(), self.config.max_step_rows);
+                    if !self.cost.prefill_can_pay(m.id(), rows, left) {
                         off.push(mi);
                     } else if rows > step {
                         behind.push(mi);
@@ -137,13 +138,13 @@ impl Engine {
             let committed = s.tokens.len();
             let id = s.id;
             if let Some(src) = p.source {
-                let name = self.source_name(src);
+                let name = self.source_id(src);
                 self.running[p.seq].count_source(name, k, chain_accepted);
                 self.cost.observe_accept(name, Some(id), k, chain_accepted);
             }
             if tree_nodes > 0 {
                 let tree_accepted = if via_branch.is_some() { accepted } else { 0 };
-                self.running[p.seq].count_source("copies-tree", tree_nodes, tree_accepted);
+                self.running[p.seq].count_source(SourceId::CopiesTree, tree_nodes, tree_accepted);
             }
             for m in &mut self.models {
                 m.commit(id, committed);
@@ -168,7 +169,7 @@ impl Engine {
             let m = &mut self.models[mi];
             let rows = self
                 .cost
-                .catch_up_rows_like(m.name(), self.config.max_step_rows);
+                .catch_up_rows_like(m.id(), self.config.max_step_rows);
             let t = self.times.start();
             let left = m.prefill(&view, rows).1;
             self.times.add(

@@ -3,6 +3,7 @@
 //! structure and tool outputs make this pay; it costs microseconds.
 
 use super::align::{continue_with, walk_back, Alignment};
+use super::{CopyLen, SourceId};
 use super::{Proposer, SeqView};
 use tf_core::TokenId;
 
@@ -31,22 +32,22 @@ const MAX_CANDIDATES: usize = 16;
 /// Match lengths above this all count as this (the source name and the reported length).
 const MAX_MATCH: usize = 64;
 
-/// Names under which copies are tracked, by the length of the match (the suffix and as far
-/// back as the earlier text agrees): a 1-token match predicts far worse than a 4-token one, and
-/// a match of a whole line or more (an edit's reply walking through the code it quotes) better
+/// The sources copies are tracked under, by the length of the match (the suffix and as far back
+/// as the earlier text agrees): a 1-token match predicts far worse than a 4-token one, and a
+/// match of a whole line or more (an edit's reply walking through the code it quotes) better
 /// still; the cost model learns each separately (a 1-token match still pays where a 2-row
 /// forward costs about what a 1-row one does).
-pub const COPY_SOURCES: [&str; 6] = [
-    "copies-1",
-    "copies-2",
-    "copies-3",
-    "copies-4-7",
-    "copies-8-15",
-    "copies-16+",
+pub const COPY_SOURCES: [SourceId; 6] = [
+    SourceId::Copies(CopyLen::One),
+    SourceId::Copies(CopyLen::Two),
+    SourceId::Copies(CopyLen::Three),
+    SourceId::Copies(CopyLen::FourToSeven),
+    SourceId::Copies(CopyLen::EightToFifteen),
+    SourceId::Copies(CopyLen::SixteenUp),
 ];
 
-/// The source name of a match of `len` tokens.
-pub fn copy_source(len: usize) -> &'static str {
+/// The source of a match of `len` tokens.
+pub fn copy_source(len: usize) -> SourceId {
     match len {
         0..=3 => COPY_SOURCES[len.max(1) - 1],
         4..=7 => COPY_SOURCES[3],
@@ -156,8 +157,8 @@ impl Copies {
 }
 
 impl Proposer for Copies {
-    fn name(&self) -> &'static str {
-        "copies"
+    fn id(&self) -> SourceId {
+        SourceId::Other("copies")
     }
     fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
         self.lookup(seq.tokens, max)
@@ -204,7 +205,7 @@ mod tests {
         let (cont, len) = c.lookup_with_len(&t, 2);
         assert_eq!(cont, vec![5, 30]);
         assert_eq!(len, 7);
-        assert_eq!(copy_source(len), "copies-4-7");
+        assert_eq!(copy_source(len).name(), "copies-4-7");
         // With nothing agreeing before the suffix, the most recent occurrence wins as before.
         let t = [1, 2, 3, 4, 5, 30, 20, 1, 2, 3, 4, 6, 31, 9, 1, 2, 3, 4];
         assert_eq!(c.lookup_with_len(&t, 1), (vec![6], 4));
@@ -215,8 +216,8 @@ mod tests {
         let (cont, len) = c.lookup_with_len(&t, 3);
         assert_eq!(cont, vec![7, 100, 101]);
         assert_eq!(len, MAX_MATCH);
-        assert_eq!(copy_source(len), "copies-16+");
-        assert_eq!(copy_source(1), "copies-1");
-        assert_eq!(copy_source(15), "copies-8-15");
+        assert_eq!(copy_source(len).name(), "copies-16+");
+        assert_eq!(copy_source(1).name(), "copies-1");
+        assert_eq!(copy_source(15).name(), "copies-8-15");
     }
 }

@@ -11,6 +11,7 @@
 //! sees as one shorter sequence (positions renumbered, blocks unchanged). Its guesses lose the
 //! far context; the replies lose nothing, since every committed token is the target's draw.
 
+use super::SourceId;
 use super::{Proposer, SeqView};
 use crate::blocks::BlockHash;
 use crate::draw::{Ask, RoundOut};
@@ -268,8 +269,8 @@ impl DraftModel {
 }
 
 impl Proposer for DraftModel {
-    fn name(&self) -> &'static str {
-        "draft-model"
+    fn id(&self) -> SourceId {
+        SourceId::DraftModel
     }
 
     fn costs_forward(&self) -> bool {

@@ -28,8 +28,60 @@ pub struct SeqView<'a> {
     pub hashes: &'a [BlockHash],
 }
 
+/// Where a round's guesses came from: the key of the cost model's acceptance curves and costs,
+/// and of a receipt's counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SourceId {
+    /// Context copies, by the length of the match ([`copy_source`]).
+    Copies(CopyLen),
+    /// The extra branches of a tree round (copies that start differently).
+    CopiesTree,
+    /// A draft model.
+    DraftModel,
+    /// Forced guesses (the last token repeated; tests' `min_drafts`).
+    Filler,
+    /// A proposer of another kind, by name (tests' scripted ones).
+    Other(&'static str),
+}
+
+/// Match lengths copies are tracked by: a 1-token match predicts far worse than a 4-token one,
+/// and a match of a whole line or more better still.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CopyLen {
+    One,
+    Two,
+    Three,
+    FourToSeven,
+    EightToFifteen,
+    SixteenUp,
+}
+
+impl SourceId {
+    /// The name receipts, benchmarks and logs show.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceId::Copies(CopyLen::One) => "copies-1",
+            SourceId::Copies(CopyLen::Two) => "copies-2",
+            SourceId::Copies(CopyLen::Three) => "copies-3",
+            SourceId::Copies(CopyLen::FourToSeven) => "copies-4-7",
+            SourceId::Copies(CopyLen::EightToFifteen) => "copies-8-15",
+            SourceId::Copies(CopyLen::SixteenUp) => "copies-16+",
+            SourceId::CopiesTree => "copies-tree",
+            SourceId::DraftModel => "draft-model",
+            SourceId::Filler => "filler",
+            SourceId::Other(name) => name,
+        }
+    }
+}
+
+impl std::fmt::Display for SourceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 pub trait Proposer: Send {
-    fn name(&self) -> &'static str;
+    fn id(&self) -> SourceId;
     /// Up to `max` guessed tokens following `seq.tokens` (fewer, or none, when it has no idea).
     fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId>;
     /// The sequence now has `committed` tokens; anything computed past them is void.

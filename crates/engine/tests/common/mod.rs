@@ -10,6 +10,8 @@ use tf_core::{DType, SeqId, TokenId};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::{DraftModel, Proposer};
 use tf_engine::runner::Row;
+#[allow(unused_imports)]
+pub use tf_engine::SourceId;
 use tf_engine::{
     Engine, EngineConfig, EngineError, Event, ModelRunner, Receipt, Request, Runner, SamplingParams,
 };
@@ -335,7 +337,7 @@ pub fn assert_forced(run: &Run, min_drafts: usize, what: &str) {
 pub fn source(r: &Receipt, prefix: &str) -> (usize, usize) {
     r.sources
         .iter()
-        .filter(|s| s.name.starts_with(prefix))
+        .filter(|s| s.name().starts_with(prefix))
         .fold((0, 0), |(d, a), s| (d + s.drafted, a + s.accepted))
 }
 

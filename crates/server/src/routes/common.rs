@@ -53,7 +53,7 @@ pub fn receipt_json(outcome: &Outcome) -> Value {
     let mut sources = Map::new();
     for s in &r.sources {
         sources.insert(
-            s.name.to_string(),
+            s.name().to_string(),
             json!({"drafted": s.drafted, "accepted": s.accepted}),
         );
     }
