@@ -23,8 +23,8 @@ use tf_kernels::kv::BLOCK_SIZE;
 use tf_models::Row;
 
 use crate::load::{self, gib};
-use crate::sample::SplitMix64;
 use crate::GlobalArgs;
+use tf_core::SplitMix64;
 
 /// Rows per prefill forward in the benchmark.
 pub const PP_CHUNK_ROWS: usize = 512;

@@ -1,7 +1,7 @@
 //! Chat with the model's own template: one turn (`run --chat --prompt`) or an interactive loop on
-//! stdin (`run --chat`). Every turn re-renders the whole conversation; the generator re-uses the
-//! cache of the token prefix the new prompt shares with the previous sequence, so only the new
-//! turn is prefilled.
+//! stdin (`run --chat`). Every turn re-renders the whole conversation; the engine's prompt cache
+//! holds the prefix the new prompt shares with the previous turns, so only the new turn is
+//! prefilled.
 
 use std::io::{BufRead, Write};
 
@@ -10,9 +10,7 @@ use serde_json::{json, Map, Value};
 use tf_core::TokenId;
 use tf_text::{ChatTemplate, Tokenizer};
 
-use crate::generate::Generator;
-use crate::load::Loaded;
-use crate::run::{self, RunArgs};
+use crate::run::{self, RunArgs, Session};
 
 /// The messages so far and the template that turns them into a prompt.
 pub struct Conversation<'t> {
@@ -74,16 +72,15 @@ impl<'t> Conversation<'t> {
 
 /// The interactive loop: a line of stdin is a user turn; `/exit`, `/quit` or end of input ends it.
 pub fn repl(
-    loaded: &Loaded,
-    generator: &mut Generator,
+    session: &Session,
     conversation: &mut Conversation,
     args: &RunArgs,
     out: &mut dyn Write,
 ) -> Result<()> {
     eprintln!(
         "chatting with {} (context {} positions); /exit or end of input (Ctrl-D) to quit",
-        loaded.path.display(),
-        generator.context()
+        session.path.display(),
+        session.context
     );
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
@@ -103,7 +100,7 @@ pub fn repl(
         }
         conversation.push_user(text);
         let tokens = conversation.prompt_tokens()?;
-        match run::reply(loaded, generator, &tokens, args, out) {
+        match run::reply(session, &tokens, args, out) {
             Ok(reply) => {
                 reply.print_stats();
                 conversation.push_assistant(&reply.text);

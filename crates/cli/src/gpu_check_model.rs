@@ -23,7 +23,7 @@ use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
 use tokio::sync::mpsc::unbounded_channel;
 
-use crate::sample::SplitMix64;
+use tf_core::SplitMix64;
 
 const KV_POSITIONS: usize = 8 * 1024;
 const CONTEXT: usize = 1024;

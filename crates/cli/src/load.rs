@@ -12,7 +12,6 @@ use crate::GlobalArgs;
 
 /// A loaded model and its tokenizer.
 pub struct Loaded {
-    pub path: PathBuf,
     pub model: std::sync::Arc<Model>,
     pub tokenizer: Tokenizer,
 }
@@ -71,7 +70,6 @@ pub fn load(path: &Path) -> Result<Loaded> {
     }
     .with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
     Ok(Loaded {
-        path: path.to_path_buf(),
         model: std::sync::Arc::new(model),
         tokenizer,
     })

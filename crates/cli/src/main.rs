@@ -8,7 +8,7 @@ mod bench;
 mod cells;
 mod chat;
 mod device;
-mod generate;
+
 mod gpu_check;
 #[cfg(feature = "cuda")]
 mod gpu_check_argmax;
@@ -32,7 +32,7 @@ mod models;
 mod prompts;
 mod pull;
 mod run;
-mod sample;
+
 mod serve;
 mod synth;
 

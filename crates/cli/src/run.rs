@@ -1,22 +1,31 @@
 //! `tensorfold run`: raw completion, one chat turn, or (with `chat`) an interactive chat.
+//!
+//! Every reply goes through the drafting engine as a server request does (`lanes::build`: the
+//! catalogue's draft model, context copies, the keyed sampler), so `run --seed S` and a request
+//! with `seed: S` and the same prompt give the same bytes and the same receipt; the receipt's
+//! `token_sha` is printed after each reply. Chat turns reuse the prompt cache.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args};
 use tf_core::TokenId;
+use tf_engine::{
+    EngineConfig, EngineHandle, Event, FinishReason, Receipt, Request, SamplingParams,
+};
 use tf_text::{StreamDecoder, Tokenizer};
 
 use crate::chat::{self, Conversation};
-use crate::generate::Generator;
-use crate::load::{self, Loaded};
-use crate::sample::{Sampler, SamplingParams};
+use crate::lanes;
+use crate::load;
 use crate::GlobalArgs;
 
 /// Context positions when `--context` is not given (capped by the model's trained context):
 /// 4096 positions of KV cost 0.2-0.5 GiB for the catalogue models, small next to the weights.
 pub const DEFAULT_CONTEXT: usize = 4096;
+/// KV positions the engine's start-up calibration needs (its widest forward and context).
+const CALIBRATION_ROWS: usize = 256;
 
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("mode").required(true).multiple(true).args(["prompt", "chat"])))]
@@ -84,45 +93,44 @@ impl Stop {
     }
 }
 
-/// A finished reply and its timings.
+/// A finished reply and its receipt.
 pub struct Reply {
     /// The reply text (end-of-generation token excluded, control tokens skipped).
     pub text: String,
-    pub prompt_tokens: usize,
-    /// Prompt tokens whose cache was kept from the previous turn.
-    pub reused_tokens: usize,
-    pub prefill: Duration,
-    /// Sampled tokens, an end-of-generation token included.
-    pub generated: usize,
-    /// From the first sampled token to the last.
-    pub decode: Duration,
+    pub receipt: Receipt,
     pub stop: Stop,
 }
 
 impl Reply {
     /// The summary printed on stderr after each reply.
     pub fn print_stats(&self) {
-        let prefilled = self.prompt_tokens - self.reused_tokens;
-        let prefill_s = self.prefill.as_secs_f64();
-        let mut line = format!("prompt: {} tokens", self.prompt_tokens);
-        if self.reused_tokens > 0 {
-            line += &format!(" ({} re-used from the previous turn)", self.reused_tokens);
+        let r = &self.receipt;
+        let prefilled = r.prompt_tokens - r.cached_tokens;
+        let prefill_s = r.prefill_secs;
+        let mut line = format!("prompt: {} tokens", r.prompt_tokens);
+        if r.cached_tokens > 0 {
+            line += &format!(" ({} re-used from the previous turn)", r.cached_tokens);
         }
         line += &format!(
             ", prefill {prefilled} in {prefill_s:.3} s ({})",
             rate(prefilled, prefill_s)
         );
         eprintln!("{line}");
-        let decode_s = self.decode.as_secs_f64();
-        let decode_rate = if self.generated >= 2 {
-            rate(self.generated - 1, decode_s)
+        let generated = r.completion_tokens;
+        let decode_rate = if generated >= 2 {
+            rate(generated - 1, r.decode_secs)
         } else {
             "n/a".to_string()
         };
+        let drafted = if r.drafted > 0 {
+            format!(", {} of {} drafted tokens accepted", r.accepted, r.drafted)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "generated: {} tokens, decode {decode_rate}, stopped: {}",
-            self.generated,
-            self.stop.describe()
+            "generated: {generated} tokens, decode {decode_rate}{drafted}, stopped: {}; token_sha {}",
+            self.stop.describe(),
+            r.token_sha
         );
     }
 }
@@ -135,18 +143,18 @@ fn rate(tokens: usize, seconds: f64) -> String {
     }
 }
 
-pub fn run(args: &RunArgs, global: &GlobalArgs) -> Result<()> {
-    let params = SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-    };
-    params.validate().map_err(anyhow::Error::msg)?;
-    let spec = load::spec_or_default(args.model.as_deref());
-    let path = load::resolve(spec, global)?;
-    let loaded = load::load(&path)?;
-    let trained = loaded.model.config.context_len.max(1);
-    let context = match args.context {
+/// The engine a `run` serves its replies from.
+pub struct Session {
+    handle: EngineHandle,
+    pub tokenizer: Tokenizer,
+    pub path: PathBuf,
+    pub context: usize,
+}
+
+/// The context `run` serves: `--context`, or the model's trained context up to
+/// [`DEFAULT_CONTEXT`].
+fn context_for(args: &RunArgs, trained: usize) -> usize {
+    match args.context {
         Some(n) => {
             let n = n as usize;
             if n > trained {
@@ -158,37 +166,78 @@ pub fn run(args: &RunArgs, global: &GlobalArgs) -> Result<()> {
             n
         }
         None => trained.min(DEFAULT_CONTEXT),
-    };
-    let pool = std::sync::Arc::new(load::thread_pool(global));
-    let backend = crate::device::Backend::open(global)?;
-    let model = loaded.model.clone();
-    let positions =
-        context.div_ceil(tf_kernels::kv::BLOCK_SIZE).max(1) * tf_kernels::kv::BLOCK_SIZE;
-    let runner = backend.runner(
-        &model,
-        &pool,
-        positions,
-        context,
-        crate::generate::PREFILL_CHUNK_ROWS,
+    }
+}
+
+/// The request's sampling, checked where the flags are named.
+fn sampling(args: &RunArgs) -> Result<SamplingParams> {
+    if !args.temperature.is_finite() || !(0.0..=2.0).contains(&args.temperature) {
+        bail!(
+            "--temperature must be a number in [0, 2], got {}",
+            args.temperature
+        );
+    }
+    if let Some(p) = args.top_p {
+        if !(p > 0.0 && p <= 1.0) {
+            bail!("--top-p must be in (0, 1], got {p}");
+        }
+    }
+    Ok(SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k.unwrap_or(0),
+        top_p: args.top_p.unwrap_or(1.0),
+        seed: Some(args.seed),
+        ..SamplingParams::greedy()
+    })
+}
+
+pub fn run(args: &RunArgs, global: &GlobalArgs) -> Result<()> {
+    sampling(args)?;
+    let spec = load::spec_or_default(args.model.as_deref());
+    let path = load::resolve(spec, global)?;
+    let mut context = 0;
+    let lanes = lanes::build(
+        spec,
+        None,
+        |target, _| {
+            context = context_for(args, target.config.context_len.max(1));
+            // At least the rows the engine's calibration runs, however small the context.
+            let positions = context
+                .max(CALIBRATION_ROWS)
+                .div_ceil(tf_kernels::kv::BLOCK_SIZE)
+                * tf_kernels::kv::BLOCK_SIZE;
+            Ok(lanes::KvPlan {
+                kv_positions: positions,
+                context,
+            })
+        },
+        EngineConfig::default(),
+        global,
     )?;
-    let mut generator = Generator::new(runner, context, Sampler::new(params, args.seed));
+    let (handle, _join) = EngineHandle::spawn(lanes.engine);
+    let session = Session {
+        handle,
+        tokenizer: lanes.tokenizer,
+        path,
+        context,
+    };
     let mut out = std::io::stdout().lock();
 
     if args.chat {
-        let mut conversation = Conversation::new(&loaded.tokenizer, args.system.as_deref())?;
+        let mut conversation = Conversation::new(&session.tokenizer, args.system.as_deref())?;
         let Some(prompt) = &args.prompt else {
-            return chat::repl(&loaded, &mut generator, &mut conversation, args, &mut out);
+            return chat::repl(&session, &mut conversation, args, &mut out);
         };
         conversation.push_user(prompt);
         let tokens = conversation.prompt_tokens()?;
-        let reply = reply(&loaded, &mut generator, &tokens, args, &mut out)?;
+        let reply = reply(&session, &tokens, args, &mut out)?;
         reply.print_stats();
         return Ok(());
     }
 
     let text = args.prompt.as_deref().unwrap_or_default();
-    let tokens = raw_prompt_tokens(&loaded.tokenizer, text)?;
-    let reply = reply(&loaded, &mut generator, &tokens, args, &mut out)?;
+    let tokens = raw_prompt_tokens(&session.tokenizer, text)?;
+    let reply = reply(&session, &tokens, args, &mut out)?;
     reply.print_stats();
     Ok(())
 }
@@ -208,12 +257,11 @@ pub fn raw_prompt_tokens(tokenizer: &Tokenizer, text: &str) -> Result<Vec<TokenI
     Ok(tokens)
 }
 
-/// Generates one reply to `prompt` (the whole sequence so far), streaming its text to `out`
-/// unless `--no-stream`. The generator keeps the cache of the prefix it shares with its
-/// previous sequence.
+/// One reply to `prompt` (the whole sequence so far) from the engine, its text streamed to
+/// `out` unless `--no-stream`. A prompt that shares a prefix with an earlier one takes its
+/// cached blocks.
 pub fn reply(
-    loaded: &Loaded,
-    generator: &mut Generator,
+    session: &Session,
     prompt: &[TokenId],
     args: &RunArgs,
     out: &mut dyn Write,
@@ -221,46 +269,48 @@ pub fn reply(
     if prompt.is_empty() {
         bail!("the prompt is empty: give some text with --prompt");
     }
-    if prompt.len() > generator.context() {
+    let context = session.context;
+    if prompt.len() >= context {
         bail!(
-            "the prompt is {} tokens, longer than the context of {} positions (raise --context)",
+            "the prompt is {} tokens, which leaves no room in the context of {context} positions \
+             (raise --context)",
             prompt.len(),
-            generator.context()
         );
     }
-    let tokenizer = &loaded.tokenizer;
+    let tokenizer = &session.tokenizer;
     if args.verbose_prompt {
         eprintln!("prompt ids ({}): {prompt:?}", prompt.len());
     }
-    let start = Instant::now();
-    let reused = generator.reset_to(prompt)?;
-    let prefill = start.elapsed();
-
+    // The reply stops where the context is full, if that comes before --max-tokens.
+    let room = context - prompt.len();
+    let mut req = Request::new(prompt.to_vec(), args.max_tokens.min(room));
+    req.stop_tokens = tokenizer.eog_ids().to_vec();
+    req.params = sampling(args)?;
+    let (_, mut events) = session
+        .handle
+        .submit(req)
+        .map_err(|e| anyhow::anyhow!("the engine refused the request: {e}"))?;
     let mut decoder = StreamDecoder::new(true);
     let mut text = String::new();
-    let mut generated = 0usize;
-    let mut first: Option<Instant> = None;
-    let mut last = Instant::now();
-    let stop = loop {
-        if generated >= args.max_tokens {
-            break Stop::MaxTokens;
+    let receipt = loop {
+        match events.blocking_recv() {
+            Some(Event::Tokens(ids)) => {
+                for id in ids {
+                    if tokenizer.is_eog(id) {
+                        continue;
+                    }
+                    let piece = decoder.push(tokenizer, id);
+                    if !args.no_stream && !piece.is_empty() {
+                        out.write_all(piece.as_bytes())?;
+                        out.flush()?;
+                    }
+                    text += &piece;
+                }
+            }
+            Some(Event::Error(e)) => bail!("generation failed: {e}"),
+            Some(Event::Done(receipt)) => break receipt,
+            None => bail!("the engine stopped before the reply finished"),
         }
-        if !generator.has_room() {
-            break Stop::ContextFull;
-        }
-        let token = generator.step()?;
-        last = Instant::now();
-        first.get_or_insert(last);
-        generated += 1;
-        if tokenizer.is_eog(token) {
-            break Stop::EndOfGeneration;
-        }
-        let piece = decoder.push(tokenizer, token);
-        if !args.no_stream && !piece.is_empty() {
-            out.write_all(piece.as_bytes())?;
-            out.flush()?;
-        }
-        text += &piece;
     };
     let tail = decoder.finish();
     text += &tail;
@@ -271,13 +321,14 @@ pub fn reply(
     }
     out.write_all(b"\n")?;
     out.flush()?;
+    let stop = match receipt.finish {
+        FinishReason::Stop => Stop::EndOfGeneration,
+        _ if args.max_tokens > room => Stop::ContextFull,
+        _ => Stop::MaxTokens,
+    };
     Ok(Reply {
         text,
-        prompt_tokens: prompt.len(),
-        reused_tokens: reused,
-        prefill,
-        generated,
-        decode: first.map_or(Duration::ZERO, |f| last - f),
+        receipt,
         stop,
     })
 }

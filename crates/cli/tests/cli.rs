@@ -332,3 +332,82 @@ fn bench_streams_checks_every_stream_against_its_solo_run() {
         text(&out.stderr)
     );
 }
+
+/// `run --seed S` and a completions request with `seed: S` to `serve` (the same model, prompt
+/// and sampling) give the same text and the same receipt: one decode path.
+#[test]
+fn run_and_serve_give_the_same_reply() {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    let model = smollm2();
+    let model = model.to_str().unwrap();
+    let out = run(&[
+        "run",
+        model,
+        "--prompt",
+        "def fib(n):",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "7",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let run_sha = stderr
+        .split("token_sha ")
+        .nth(1)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| panic!("no token_sha in {stderr}"));
+    let run_text = text(&out.stdout);
+
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tensorfold(&["serve", model, "--port", &port.to_string()])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let http = |request: &str| -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+        s.write_all(request.as_bytes()).ok()?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).ok()?;
+        Some(reply)
+    };
+    let started = Instant::now();
+    while !http("GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "serve never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let body = serde_json::json!({"prompt": "def fib(n):", "max_tokens": 12,
+        "temperature": 0.8, "seed": 7})
+    .to_string();
+    let reply = http(&format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    let _ = server.kill();
+    let _ = server.wait();
+    let reply = reply.expect("a reply");
+    let json: serde_json::Value =
+        serde_json::from_str(reply.split_once("\r\n\r\n").expect("a body").1).expect("JSON");
+    assert_eq!(json["tensorfold"]["token_sha"], run_sha.as_str(), "{json}");
+    assert_eq!(
+        json["choices"][0]["text"].as_str().unwrap().trim(),
+        run_text.trim(),
+        "{json}"
+    );
+}

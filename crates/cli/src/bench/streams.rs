@@ -21,8 +21,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::BenchArgs;
 use crate::lanes;
-use crate::sample::SplitMix64;
 use crate::GlobalArgs;
+use tf_core::SplitMix64;
 
 /// Seed of stream prompts (stream i draws from `STREAM_SEED + i`).
 const STREAM_SEED: u64 = 0x5EED_0057;
