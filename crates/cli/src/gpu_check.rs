@@ -52,7 +52,14 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     let ops = if args.skip_ops {
         Ok(())
     } else {
-        crate::gpu_check_ops::run(args, global)
+        let rows = args.rows.clone();
+        tf_cuda::conformance::run(&tf_cuda::conformance::Options {
+            rows,
+            seed: args.seed,
+            gpu: args.gpu,
+            cache: global.cache_dir().join("cuda"),
+        })
+        .map_err(anyhow::Error::from)
     };
     if let Some(model) = &args.model {
         let cache = global.cache_dir().join("cuda");

@@ -11,17 +11,7 @@ mod device;
 
 mod gpu_check;
 #[cfg(feature = "cuda")]
-mod gpu_check_argmax;
-#[cfg(feature = "cuda")]
-mod gpu_check_attn;
-#[cfg(feature = "cuda")]
-mod gpu_check_fused;
-#[cfg(feature = "cuda")]
-mod gpu_check_gemv;
-#[cfg(feature = "cuda")]
 mod gpu_check_model;
-#[cfg(feature = "cuda")]
-mod gpu_check_ops;
 #[cfg(feature = "cuda")]
 mod gpu_check_replies;
 mod info;

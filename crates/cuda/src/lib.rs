@@ -9,6 +9,7 @@
 //! (`tf_kernels`), so its results equal the CPU's bit for bit ([`ops`]).
 
 pub mod compile;
+pub mod conformance;
 pub mod gemv;
 pub mod launch;
 pub mod mma;

@@ -2,12 +2,12 @@
 //! residual add + RMSNorm, SwiGLU over a fused gate|up row): the float output against the CPU
 //! op, and the quantized form against `QuantAct` of the CPU's output, both bitwise.
 
-use anyhow::Result;
-use tf_cuda::Gpu;
+use crate::Gpu;
+use crate::Result;
 use tf_kernels::actq::{ActBlock, QuantAct};
 use tf_kernels::{canon, ops, SimdLevel};
 
-use crate::gpu_check_ops::{activations, bits_equal, quant_equal, time, Row};
+use super::ops::{activations, bits_equal, quant_equal, time, Row};
 
 /// Row width (a multiple of 256) and SwiGLU width (Qwen2.5-1.5B's FFN).
 const N: usize = 1536;

@@ -1,18 +1,18 @@
-//! `gpu-check`'s few-row matmul cases (`tf_cuda::gemv`): every configuration against the CPU at
+//! `gpu-check`'s few-row matmul cases (`crate::gemv`): every configuration against the CPU at
 //! the matrix shapes of a decode step (long k, so each warp takes several blocks; a partial
 //! last tile of columns), and each shape's time against the tensor-core kernel it replaces;
 //! and at the same shapes, verify-round calls of 8-32 rows on every few-row tensor-core form
 //! (`matmul_mma_few.cu`) against the form chosen without it.
 
-use anyhow::{Context, Result};
+use crate::gemv::GvCfg;
+use crate::mma::{MmaCfg, MMA_CFGS};
+use crate::Gpu;
+use crate::{CudaError, Result};
 use tf_core::DType;
-use tf_cuda::gemv::GvCfg;
-use tf_cuda::mma::{MmaCfg, MMA_CFGS};
-use tf_cuda::Gpu;
 use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
 use tf_kernels::{SimdLevel, ThreadPool};
 
-use crate::gpu_check_ops::{activations, bits_equal, time, Row};
+use super::ops::{activations, bits_equal, time, Row};
 
 /// (name, type, n, k): Qwen2.5-7B's and -1.5B's decode matrices (q|k|v, o, gate|up, down).
 const SHAPES: &[(&str, DType, usize, usize)] = &[
@@ -39,7 +39,7 @@ pub fn run(
     let mut speed = Vec::new();
     let mut few = Vec::new();
     for (si, &(name, dtype, n, k)) in SHAPES.iter().enumerate() {
-        let rows_max = tf_cuda::gemv::GV_MAX_ROWS;
+        let rows_max = crate::gemv::GV_MAX_ROWS;
         let x = activations(rows_max, k, seed ^ 0x6e6d);
         let acts = Activations::new(level, &x, rows_max, k);
         let m = TestMatrix::new(
@@ -66,7 +66,7 @@ pub fn run(
             {
                 let mut go = || gpu.matmul_gemv(dtype, dil, n, &act, &mut out, Some(cfg));
                 go()?;
-                let micros = time(gpu, || Ok(go()?))?;
+                let micros = time(gpu, &mut go)?;
                 let stream_us = gpu.time_calls(20, &mut go)?;
                 let got = gpu.download(&out)?;
                 let (equal, max_diff) = bits_equal(&got, &want[..rows * n]);
@@ -121,7 +121,7 @@ pub fn run(
 fn few_speed(
     gpu: &Gpu,
     (name, dtype, n, k): (&str, DType, usize, usize),
-    dil: &tf_cuda::CudaSlice<u8>,
+    dil: &crate::CudaSlice<u8>,
     seed: u64,
     lines: &mut Vec<String>,
 ) -> Result<()> {
@@ -186,7 +186,9 @@ fn pair(
                 }
             };
             if !go()? {
-                anyhow::bail!("{op}: no kernel for {rows} rows of {n1}+{n2} at k={k}");
+                return Err(CudaError::Usage(format!(
+                    "{op}: no kernel for {rows} rows of {n1}+{n2} at k={k}"
+                )));
             }
             let micros = gpu.time_calls(20, || go().map(|_| ()))?;
             for (m, n, out) in [(&a, n1, &o1), (&b, n2, &o2)] {
@@ -211,7 +213,7 @@ fn pair(
 /// product of it and `acts`.
 struct TestMatrix {
     dtype: DType,
-    dev: tf_cuda::CudaSlice<u8>,
+    dev: crate::CudaSlice<u8>,
     want: Vec<f32>,
 }
 
@@ -224,10 +226,12 @@ impl TestMatrix {
         acts: &Activations,
     ) -> Result<TestMatrix> {
         let bytes = tf_weights::random_blocks(dtype, n * k, seed);
-        let w = WeightMatrix::new(dtype, k, n, &bytes).context("weight matrix")?;
+        let w = WeightMatrix::new(dtype, k, n, &bytes)
+            .ok_or_else(|| CudaError::Usage("weight matrix".into()))?;
         let mut want = vec![0f32; acts.rows * n];
         matmul(pool, &w, acts, &mut want);
-        let il = tf_cuda::ops::interleave(dtype, &bytes, n, k).context("Q4_K or Q6_K")?;
+        let il = crate::ops::interleave(dtype, &bytes, n, k)
+            .ok_or_else(|| CudaError::Usage("Q4_K or Q6_K".into()))?;
         Ok(TestMatrix {
             dtype,
             dev: gpu.upload(&il)?,

@@ -3,11 +3,11 @@
 //! lowest id, NaN as -inf, -0.0 equal to +0.0, rows with nothing above -inf, infinite maxima),
 //! at widths that take the four-float and the one-float loads, from several first rows.
 
-use anyhow::Result;
-use tf_cuda::Gpu;
+use crate::Gpu;
+use crate::Result;
 use tf_engine::greedy_token;
 
-use crate::gpu_check_ops::{activations, time, Row};
+use super::ops::{activations, time, Row};
 
 /// Rows of one test buffer (a call takes at most `LOGIT_ROWS` = 64 rows).
 const ROWS: usize = 64;
@@ -74,7 +74,7 @@ pub fn run(gpu: &Gpu, row_counts: &[usize], seed: u64, table: &mut Vec<Row>) -> 
         for &rows in row_counts.iter().filter(|&&r| r <= ROWS) {
             for first in [0, ROWS - rows] {
                 let mut out = gpu.zeros::<i32>(rows)?;
-                let mut launch = || Ok(gpu.argmax_rows(&dx, n, first, rows, &mut out)?);
+                let mut launch = || gpu.argmax_rows(&dx, n, first, rows, &mut out);
                 launch()?;
                 let micros = time(gpu, &mut launch)?;
                 let got = gpu.download(&out)?;

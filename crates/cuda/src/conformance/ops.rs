@@ -4,18 +4,15 @@
 use std::time::Instant;
 use tf_core::SplitMix64;
 
-use anyhow::{bail, Context, Result};
+use crate::mma::{MmaCfg, MMA_CFGS};
+use crate::ops::{DevAct, MatmulForm};
+use crate::Gpu;
+use crate::{CudaError, Result};
 use tf_core::DType;
-use tf_cuda::mma::{MmaCfg, MMA_CFGS};
-use tf_cuda::ops::{DevAct, MatmulForm};
-use tf_cuda::Gpu;
 use tf_kernels::actq::{ActBlock, QuantAct};
 use tf_kernels::matmul::{matmul, Activations, WeightMatrix};
 use tf_kernels::ops::{RopeStyle, RopeTable};
 use tf_kernels::{canon, ops, SimdLevel, ThreadPool};
-
-use crate::gpu_check::GpuCheckArgs;
-use crate::GlobalArgs;
 
 /// Inner dimension of the test matrices (a multiple of 256 so every type fits), and columns.
 const K: usize = 1536;
@@ -94,7 +91,7 @@ pub(crate) fn quant_equal(
     let (feq, ftotal) = if got.has_frag() {
         let frag = gpu.download(&got.frag)?;
         let codes = (0..rows * k)
-            .filter(|&i| frag[tf_cuda::ops::frag_index(i / k, i % k, k)] == want.qs[i])
+            .filter(|&i| frag[crate::ops::frag_index(i / k, i % k, k)] == want.qs[i])
             .count();
         let subs = rows * k / 32;
         let records = (0..subs)
@@ -104,7 +101,7 @@ pub(crate) fn quant_equal(
                     .iter()
                     .map(|&q| q as i32)
                     .sum();
-                let at = tf_cuda::ops::frag_rec_index(r, b, k);
+                let at = crate::ops::frag_rec_index(r, b, k);
                 let (h, l) = (frag[at + s] as i32, frag[at + 8 + s] as i32);
                 64 * h + l == sum && (0..64).contains(&l)
             })
@@ -142,13 +139,15 @@ pub(crate) fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> 
     Ok(t[t.len() / 2])
 }
 
-pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
+pub fn run(args: &super::Options) -> Result<()> {
     let max_rows = args.rows.iter().copied().max().unwrap_or(1);
     if args.rows.iter().any(|&r| r == 0 || r > 512) {
-        bail!("--rows: each count must be in 1..=512");
+        return Err(CudaError::Usage(
+            "--rows: each count must be in 1..=512".into(),
+        ));
     }
-    let cache = global.cache_dir().join("cuda");
-    let mut gpu = Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?;
+    let cache = &args.cache;
+    let mut gpu = Gpu::open(args.gpu, Some(cache))?;
     println!(
         "gpu: {} (sm_{}{}); kernels {} in {:.1} ms ({} bytes){}",
         gpu.name,
@@ -167,7 +166,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
             .map(|p| format!(", {}", p.display()))
             .unwrap_or_default()
     );
-    let again = Gpu::open(args.gpu, Some(&cache))?;
+    let again = Gpu::open(args.gpu, Some(cache))?;
     println!(
         "second open: {} in {:.2} ms",
         if again.program.cached {
@@ -225,13 +224,14 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     ];
     for (ti, dtype) in types.into_iter().enumerate() {
         let wbytes = tf_weights::random_blocks(dtype, N * K, args.seed ^ ((ti as u64 + 1) * 7919));
-        let w = WeightMatrix::new(dtype, K, N, &wbytes).context("weight matrix")?;
+        let w = WeightMatrix::new(dtype, K, N, &wbytes)
+            .ok_or_else(|| CudaError::Usage("weight matrix".into()))?;
         let acts = Activations::new(level, &x, max_rows, K);
         let mut want = vec![0f32; max_rows * N];
         matmul(&pool, &w, &acts, &mut want);
         let dw = gpu.upload(&wbytes)?;
         // Q4_K and Q6_K also in the interleaved layouts the GPU runner uploads.
-        let dil = match tf_cuda::ops::interleave(dtype, &wbytes, N, K) {
+        let dil = match crate::ops::interleave(dtype, &wbytes, N, K) {
             Some(il) => Some(gpu.upload(&il)?),
             None => None,
         };
@@ -322,7 +322,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
             let got = gpu.download(&out)?;
             let (eq, md) = bits_equal(&got, &want[..rows * n]);
             let micros = time(&gpu, || {
-                Ok(gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out, None)?)
+                gpu.rms_norm(&dxn, &dwn, n, 1e-6, rows, &mut out, None)
             })?;
             table.push(Row {
                 op: "rms_norm".into(),
@@ -354,7 +354,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
             gpu.swiglu(&dg, &du, rows * F, &mut out)?;
             let got = gpu.download(&out)?;
             let (eq, md) = bits_equal(&got, &want[..rows * F]);
-            let micros = time(&gpu, || Ok(gpu.swiglu(&dg, &du, rows * F, &mut out)?))?;
+            let micros = time(&gpu, || gpu.swiglu(&dg, &du, rows * F, &mut out))?;
             table.push(Row {
                 op: "swiglu".into(),
                 ty: format!("f32 n={F}"),
@@ -385,16 +385,16 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
         micros: 0.0,
     });
 
-    crate::gpu_check_fused::run(&gpu, level, &args.rows, args.seed, &mut table)?;
-    crate::gpu_check_argmax::run(&gpu, &args.rows, args.seed, &mut table)?;
-    crate::gpu_check_gemv::run(&gpu, level, &pool, args.seed, &mut table)?;
-    crate::gpu_check_attn::run(&mut gpu, level, &pool, args.seed, &mut table)?;
+    super::fused::run(&gpu, level, &args.rows, args.seed, &mut table)?;
+    super::argmax::run(&gpu, &args.rows, args.seed, &mut table)?;
+    super::gemv::run(&gpu, level, &pool, args.seed, &mut table)?;
+    super::attn::run(&mut gpu, level, &pool, args.seed, &mut table)?;
 
     // RoPE: Qwen2.5-1.5B's q heads, random positions below 4096, both pair styles.
     for style in [RopeStyle::Neox, RopeStyle::Interleaved] {
         let (heads, hd, max_pos) = (12usize, 128usize, 4096usize);
         let table_cpu = RopeTable::new(hd, 1e6, max_pos);
-        let dcs = gpu.upload(&tf_cuda::ops::rope_table(hd, 1e6, max_pos))?;
+        let dcs = gpu.upload(&crate::ops::rope_table(hd, 1e6, max_pos))?;
         let xr = activations(max_rows, heads * hd, args.seed ^ 0x7070);
         let mut s = SplitMix64::new(args.seed);
         let pos: Vec<i32> = (0..max_rows).map(|_| s.below(max_pos) as i32).collect();
@@ -409,7 +409,7 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
             let got = gpu.download(&dxr)?;
             let (eq, md) = bits_equal(&got, &want[..rows * heads * hd]);
             let micros = time(&gpu, || {
-                Ok(gpu.rope(&mut dxr, &dpos, rows, heads, hd, hd, style, &dcs)?)
+                gpu.rope(&mut dxr, &dpos, rows, heads, hd, hd, style, &dcs)
             })?;
             table.push(Row {
                 op: "rope".into(),
@@ -455,7 +455,9 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     );
     speed(&gpu, args.seed)?;
     if failed > 0 {
-        bail!("{failed} GPU checks differ from the CPU");
+        return Err(CudaError::Usage(format!(
+            "{failed} GPU checks differ from the CPU"
+        )));
     }
     Ok(())
 }
@@ -478,7 +480,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
         let x = activations(512, k, seed);
         let dx = gpu.upload(&x)?;
         let block = tf_kernels::matmul::act_block(dtype).expect("quantized");
-        if let Some(il) = tf_cuda::ops::interleave(dtype, &wbytes, n, k) {
+        if let Some(il) = crate::ops::interleave(dtype, &wbytes, n, k) {
             let dil = gpu.upload(&il)?;
             let mut cfgs: Vec<Option<MmaCfg>> = vec![None];
             cfgs.extend(MMA_CFGS.iter().map(|&c| Some(c)));
@@ -489,7 +491,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
                     if cfg.is_some_and(|c| !c.takes(&act)) {
                         continue;
                     }
-                    let mut go = || Ok(gpu.matmul_mma(dtype, &dil, n, &act, &mut out, cfg)?);
+                    let mut go = || gpu.matmul_mma(dtype, &dil, n, &act, &mut out, cfg);
                     go()?;
                     let micros = time(gpu, go)?;
                     let name = match cfg {
@@ -505,7 +507,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
                     // The dp4a kernel reads the same layout.
                     gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?;
                     let micros = time(gpu, || {
-                        Ok(gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?)
+                        gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)
                     })?;
                     println!(
                         "| {dtype} Interleaved | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
@@ -520,7 +522,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
                 let mut out = gpu.zeros::<f32>(rows * n)?;
                 gpu.matmul_q_form(form, dtype, &dw, n, &act, &mut out)?;
                 let micros = time(gpu, || {
-                    Ok(gpu.matmul_q_form(form, dtype, &dw, n, &act, &mut out)?)
+                    gpu.matmul_q_form(form, dtype, &dw, n, &act, &mut out)
                 })?;
                 println!(
                     "| {dtype} {form:?} | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
