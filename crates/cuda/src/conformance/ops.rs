@@ -506,9 +506,7 @@ fn speed(gpu: &Gpu, seed: u64) -> Result<()> {
                 if dtype == DType::Q4K {
                     // The dp4a kernel reads the same layout.
                     gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)?;
-                    let micros = time(gpu, || {
-                        gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out)
-                    })?;
+                    let micros = time(gpu, || gpu.matmul_q4k_interleaved(&dil, n, &act, &mut out))?;
                     println!(
                         "| {dtype} Interleaved | {n} x {k} | {rows} | {micros:.1} | {:.0} |",
                         wbytes.len() as f64 / micros / 1e3
