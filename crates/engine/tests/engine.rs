@@ -703,18 +703,13 @@ impl Proposer for FarBehind {
     }
 }
 
-/// A draft model whose catch-up would cost many steps (copies committed the tokens it has not
-/// seen, as in an edit) is not probed in place of a round that copies took: every round it is
-/// asked for is one where the context offered no copy. Copies still draft; the reply stays
-/// serial's.
-#[test]
-fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
-    // Greedy, the next token hanging on the last one only: the reply soon runs in a cycle,
-    // which copies guess right every round.
-    let (req, want, replies) = copying_reply(41, false);
+/// A copying reply (request 41) served with a [`FarBehind`] draft model whose catch-up costs
+/// `catch_up` forwards a row: the run, its serial twin, and the token counts at which the model
+/// was asked while behind.
+fn far_behind_run(sampled: bool, catch_up: f64) -> (Run, Run, Vec<Vec<TokenId>>) {
+    let (req, want, replies) = copying_reply(41, sampled);
     let mut cost = CostModel::flat();
-    // A catch-up row costs as much as a step.
-    cost.observe_catch_up(PROPHET, 1, 1.0);
+    cost.observe_catch_up(PROPHET, 1, catch_up);
     let mut e = copying_engine(cost);
     let asked = Arc::new(Mutex::new(Vec::new()));
     e.add_draft_model(Box::new(FarBehind {
@@ -726,6 +721,19 @@ fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
         asked: asked.clone(),
     }));
     let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+    let asked = asked.lock().unwrap().clone();
+    (run, want, asked)
+}
+
+/// A draft model whose catch-up would cost many steps (copies committed the tokens it has not
+/// seen, as in an edit) is not probed in place of a round that copies took: every round it is
+/// asked for is one where the context offered no copy. Copies still draft; the reply stays
+/// serial's.
+#[test]
+fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
+    // Greedy, the next token hanging on the last one only: the reply soon runs in a cycle,
+    // which copies guess right every round. A catch-up row costs as much as a step.
+    let (run, want, asked) = far_behind_run(false, 1.0);
     assert_eq!(run.tokens, want.tokens, "drafted == serial");
     assert!(
         drafted_by(&run, "copies") > 0,
@@ -733,7 +741,7 @@ fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
         run.receipt.sources
     );
     let lookup = Copies::default();
-    for tokens in asked.lock().unwrap().iter() {
+    for tokens in &asked {
         assert!(
             lookup.lookup(tokens, 1).is_empty(),
             "the draft model was probed at {} tokens, where copies had a guess",
@@ -749,22 +757,8 @@ fn a_draft_model_far_behind_is_not_probed_in_place_of_copies() {
 #[test]
 fn a_draft_model_whose_catch_up_costs_more_than_probes_can_absorb_is_not_probed() {
     // Sampled: copies are often wrong, so many rounds go without any guess.
-    let (req, want, replies) = copying_reply(41, true);
-    let mut cost = CostModel::flat();
-    cost.observe_catch_up(PROPHET, 1, 1.0);
-    let mut e = copying_engine(cost);
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    e.add_draft_model(Box::new(FarBehind {
-        inner: Timed(Prophet {
-            replies,
-            right: 16,
-            rng: SplitMix64::new(4),
-        }),
-        asked: asked.clone(),
-    }));
-    let run = run_all(&mut e, vec![(0, req)]).pop().unwrap();
+    let (run, want, asked) = far_behind_run(true, 1.0);
     assert_eq!(run.tokens, want.tokens, "drafted == serial");
-    let asked = asked.lock().unwrap();
     assert!(
         asked.is_empty(),
         "probed {} times while 1,000 tokens behind",
