@@ -10,7 +10,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use tf_engine::{EngineConfig, EngineHandle, SpillStore};
 use tf_server::{AppState, Backend, SamplingDefaults, ServerConfig};
-use tf_text::ChatTemplate;
 
 use crate::lanes::{self, KvPlan};
 use crate::load::{self, gib};
@@ -267,21 +266,16 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         }
         None => None,
     };
-    let tokenizer = lanes.tokenizer;
-    let template = match tokenizer.chat_template() {
-        Some(source) => Some(
-            ChatTemplate::new(
-                source,
-                tokenizer.bos_token_text(),
-                tokenizer.eos_token_text(),
-            )
-            .context("cannot compile the model's chat template")?,
-        ),
-        None => None,
-    };
-    let tool_format = tf_server::tool_format_of(tokenizer.chat_template().unwrap_or(""));
     let total_blocks = engine.free_blocks();
     let (engine, _join) = EngineHandle::spawn(engine);
+    let backend = Backend::new(
+        engine,
+        lanes.tokenizer,
+        lanes.plan.context,
+        total_blocks,
+        !args.no_drafts,
+    )
+    .context("cannot compile the model's chat template")?;
     eprintln!("model      {model_id} ({})", lanes.target.path().display());
     match (&lanes.draft, args.no_drafts) {
         (_, true) => eprintln!("drafts     off (--no-drafts: every request is served serially)"),
@@ -318,16 +312,8 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
             gib(found.bytes)
         );
     }
-    let shutdown_handle = engine.clone();
-    state.set_backend(Backend {
-        engine,
-        tokenizer,
-        template,
-        context: lanes.plan.context,
-        total_blocks,
-        tool_format,
-        drafts: !args.no_drafts,
-    });
+    let shutdown_handle = backend.engine.clone();
+    state.set_backend(backend);
     eprintln!("TensorFold ready: listening on http://{bound} (OpenAI API at http://{bound}/v1)");
     // Ctrl-C or SIGTERM: write the prompt cache to disk (when there is a disk tier), then stop.
     let result = runtime.block_on(async move {

@@ -92,6 +92,38 @@ pub struct Backend {
     pub drafts: bool,
 }
 
+impl Backend {
+    /// The backend of an engine serving a model with `tokenizer`: its chat template (if the
+    /// model has one) compiled, and the tool-call format that template teaches.
+    pub fn new(
+        engine: EngineHandle,
+        tokenizer: Tokenizer,
+        context: usize,
+        total_blocks: usize,
+        drafts: bool,
+    ) -> tf_text::Result<Backend> {
+        let source = tokenizer.chat_template().unwrap_or("");
+        let template = match tokenizer.chat_template() {
+            Some(s) => Some(ChatTemplate::new(
+                s,
+                tokenizer.bos_token_text(),
+                tokenizer.eos_token_text(),
+            )?),
+            None => None,
+        };
+        let tool_format = crate::tool_format_of(source);
+        Ok(Backend {
+            engine,
+            tokenizer,
+            template,
+            context,
+            total_blocks,
+            tool_format,
+            drafts,
+        })
+    }
+}
+
 pub struct AppState {
     pub config: ServerConfig,
     backend: OnceLock<Arc<Backend>>,

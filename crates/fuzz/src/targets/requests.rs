@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tf_engine::cost::CostModel;
 use tf_engine::{Engine, EngineConfig, EngineHandle, ModelRunner};
 use tf_server::{AppState, Backend, ServerConfig, SharedState};
-use tf_text::{ChatTemplate, Tokenizer};
+use tf_text::Tokenizer;
 use tower::ServiceExt;
 
 use crate::mutate::Mutator;
@@ -48,12 +48,6 @@ impl Requests {
         let path = super::cached_model("smollm2-135m-instruct-q4_1.gguf")?;
         let model = Arc::new(tf_models::Model::load(&path)?);
         let tokenizer = Tokenizer::from_gguf(model.gguf().expect("a GGUF model"))?;
-        let source = tokenizer.chat_template().unwrap_or_default().to_string();
-        let template = ChatTemplate::new(
-            &source,
-            tokenizer.bos_token_text(),
-            tokenizer.eos_token_text(),
-        )?;
         let pool = Arc::new(tf_kernels::ThreadPool::new(1));
         let context = 1024;
         let runner = ModelRunner::new(model, pool, 4096, context);
@@ -61,15 +55,13 @@ impl Requests {
         let total_blocks = engine.free_blocks();
         let (engine, _join) = EngineHandle::spawn(engine);
         let state = AppState::new(ServerConfig::new(MODEL_ID));
-        state.set_backend(Backend {
+        state.set_backend(Backend::new(
             engine,
             tokenizer,
-            template: Some(template),
             context,
             total_blocks,
-            tool_format: tf_server::tool_format_of(&source),
-            drafts: true,
-        });
+            true,
+        )?);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

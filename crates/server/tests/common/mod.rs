@@ -14,7 +14,7 @@ use tf_engine::{Engine, EngineConfig, EngineHandle, ModelRunner};
 use tf_kernels::ThreadPool;
 use tf_models::Model;
 use tf_server::{AppState, Backend, ServerConfig, SharedState};
-use tf_text::{ChatTemplate, Tokenizer};
+use tf_text::Tokenizer;
 
 /// Qwen chat template with tools: most tests run on it.
 pub const QWEN: &str = "qwen2.5-coder-0.5b-instruct.gguf";
@@ -96,16 +96,6 @@ impl Loaded {
         max_waiting: usize,
     ) -> Backend {
         let tokenizer = self.tokenizer();
-        let source = tokenizer
-            .chat_template()
-            .expect("the test models have chat templates")
-            .to_string();
-        let template = ChatTemplate::new(
-            &source,
-            tokenizer.bos_token_text(),
-            tokenizer.eos_token_text(),
-        )
-        .expect("the chat template compiles");
         let runner = ModelRunner::new(self.model.clone(), self.pool.clone(), kv_positions, context);
         let engine = Engine::new(
             Box::new(runner),
@@ -122,15 +112,13 @@ impl Loaded {
         let total_blocks = engine.free_blocks();
         // The engine thread ends when every handle is gone and it is idle.
         let (engine, _join) = EngineHandle::spawn(engine);
-        Backend {
-            engine,
-            tokenizer,
-            template: Some(template),
-            context,
-            total_blocks,
-            tool_format: tf_server::tool_format_of(&source),
-            drafts: true,
-        }
+        let backend = Backend::new(engine, tokenizer, context, total_blocks, true)
+            .expect("the chat template compiles");
+        assert!(
+            backend.template.is_some(),
+            "the test models have chat templates"
+        );
+        backend
     }
 
     /// A ready state with its own engine.
