@@ -330,7 +330,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     };
 
     eprintln!(
-        "bench: {} ({}, {} layers), {}, {}; {} warm-up + {} measured runs per test",
+        "bench: {} ({}, {} layers), {}, {}, KV {}; {} warm-up + {} measured runs per test",
         path.display(),
         cfg.family.name,
         cfg.n_layers,
@@ -340,6 +340,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
             format!("{} threads", pool.threads())
         },
         model.level.name(),
+        backend.kv_format().name(),
         1,
         args.reps
     );
@@ -418,7 +419,15 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
 /// The cost of a forward of k rows against one row, after a context of `--verify-context`.
 fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
     let ctx = args.verify_context;
+    let start = Instant::now();
     bench.forward_range(0, ctx)?;
+    if ctx > 0 {
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!(
+            "context: {ctx} tokens prefilled in {secs:.2} s ({:.2} tok/s, one run, no warm-up)",
+            ctx as f64 / secs
+        );
+    }
     let takes = [Take::Logits, Take::Ids, Take::Picks];
     let mut one = [None; 3];
     for (o, take) in one.iter_mut().zip(takes) {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use anyhow::Result;
 use tf_engine::{ModelRunner, Runner};
+use tf_kernels::kv::KvFormat;
 use tf_kernels::ThreadPool;
 use tf_models::Model;
 
@@ -20,21 +21,22 @@ pub enum Device {
     Auto,
 }
 
-/// The backend a command runs on, opened once.
+/// The backend a command runs on, opened once, and the format of its runners' KV caches.
 pub enum Backend {
-    Cpu,
+    Cpu(KvFormat),
     #[cfg(feature = "cuda")]
-    Cuda(Arc<tf_cuda::Gpu>),
+    Cuda(Arc<tf_cuda::Gpu>, KvFormat),
 }
 
 impl Backend {
     pub fn open(global: &GlobalArgs) -> Result<Backend> {
+        let kv = global.kv_type;
         match global.device {
-            Device::Cpu => Ok(Backend::Cpu),
+            Device::Cpu => Ok(Backend::Cpu(kv)),
             #[cfg(feature = "cuda")]
             Device::Cuda | Device::Auto => {
                 let cache = global.cache_dir().join("cuda");
-                match tf_cuda::Gpu::open(0, Some(&cache)) {
+                match tf_cuda::Gpu::open(0, Some(&cache), kv) {
                     Ok(gpu) => {
                         eprintln!(
                             "device: {} (sm_{}{}), kernels {}",
@@ -47,11 +49,11 @@ impl Backend {
                                 format!("compiled in {:.1} s", gpu.program.millis / 1000.0)
                             }
                         );
-                        Ok(Backend::Cuda(Arc::new(gpu)))
+                        Ok(Backend::Cuda(Arc::new(gpu), kv))
                     }
                     Err(e) if global.device == Device::Auto => {
                         eprintln!("device: CPU (no usable GPU: {e})");
-                        Ok(Backend::Cpu)
+                        Ok(Backend::Cpu(kv))
                     }
                     Err(e) => Err(e).context("--device cuda: opening the GPU"),
                 }
@@ -62,20 +64,29 @@ impl Backend {
                  `cargo build --release -p tensorfold --features cuda`"
             ),
             #[cfg(not(feature = "cuda"))]
-            Device::Auto => Ok(Backend::Cpu),
+            Device::Auto => Ok(Backend::Cpu(kv)),
         }
     }
 
     pub fn name(&self) -> String {
         match self {
-            Backend::Cpu => "cpu".into(),
+            Backend::Cpu(_) => "cpu".into(),
             #[cfg(feature = "cuda")]
-            Backend::Cuda(g) => format!("cuda ({})", g.name),
+            Backend::Cuda(g, _) => format!("cuda ({})", g.name),
         }
     }
 
     pub fn is_gpu(&self) -> bool {
-        !matches!(self, Backend::Cpu)
+        !matches!(self, Backend::Cpu(_))
+    }
+
+    /// How this backend's runners store keys and values (`--kv-type`).
+    pub fn kv_format(&self) -> KvFormat {
+        match self {
+            Backend::Cpu(kv) => *kv,
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(_, kv) => *kv,
+        }
     }
 
     /// A draft model's weights as this backend runs them: on the CPU requantized to Q4_0 when
@@ -121,21 +132,30 @@ impl Backend {
     ) -> Result<Box<dyn Runner>> {
         let _ = max_rows;
         match self {
-            Backend::Cpu => {
-                let r = ModelRunner::new(model.clone(), pool.clone(), kv_positions, context);
+            Backend::Cpu(kv) => {
+                kv.check(model.config.head_dim)
+                    .map_err(|e| anyhow::anyhow!("--kv-type: {e}"))?;
+                let r = ModelRunner::with_format(
+                    model.clone(),
+                    pool.clone(),
+                    kv_positions,
+                    context,
+                    *kv,
+                );
                 Ok(Box::new(match keep {
                     Some(keep) => r.with_head(model.pruned_head(keep)),
                     None => r,
                 }))
             }
             #[cfg(feature = "cuda")]
-            Backend::Cuda(gpu) => {
+            Backend::Cuda(gpu, kv) => {
                 let r = tf_cuda::CudaRunner::new(
                     gpu.clone(),
                     model.clone(),
                     kv_positions,
                     context,
                     max_rows,
+                    *kv,
                 )
                 .with_context(|| format!("loading {} onto the GPU", model.path().display()))?;
                 Ok(Box::new(r))

@@ -64,7 +64,8 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
     if let Some(model) = &args.model {
         let cache = global.cache_dir().join("cuda");
         let gpu = std::sync::Arc::new(
-            tf_cuda::Gpu::open(args.gpu, Some(&cache)).context("opening the GPU")?,
+            tf_cuda::Gpu::open(args.gpu, Some(&cache), global.kv_type)
+                .context("opening the GPU")?,
         );
         crate::gpu_check_model::run(
             &gpu,

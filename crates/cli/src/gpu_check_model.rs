@@ -114,8 +114,10 @@ fn logits_checks(gpu: &Arc<Gpu>, model: &Arc<Model>, pool: &Arc<ThreadPool>) -> 
     let n = 96;
     let prompt = ids(11, n + 16, vocab);
     let table: Vec<BlockId> = (0..(n + 32).div_ceil(16) as BlockId).collect();
-    let mut cpu = ModelRunner::new(model.clone(), pool.clone(), KV_POSITIONS, CONTEXT);
-    let mut dev = CudaRunner::new(gpu.clone(), model.clone(), KV_POSITIONS, CONTEXT, 256)?;
+    // Both sides store keys and values in the format the GPU program was compiled for.
+    let kv = gpu.kv;
+    let mut cpu = ModelRunner::with_format(model.clone(), pool.clone(), KV_POSITIONS, CONTEXT, kv);
+    let mut dev = CudaRunner::new(gpu.clone(), model.clone(), KV_POSITIONS, CONTEXT, 256, kv)?;
 
     let mut prefill = Tally::new("prefill logits GPU == CPU (rows)");
     let want = cpu.forward(&rows(&prompt, 0, n, &table, true))?;
@@ -297,11 +299,12 @@ struct Setup<'a> {
 impl Setup<'_> {
     fn runner(&self, model: &Arc<Model>, on: On, positions: usize) -> Result<Box<dyn Runner>> {
         Ok(match on {
-            On::Cpu => Box::new(ModelRunner::new(
+            On::Cpu => Box::new(ModelRunner::with_format(
                 model.clone(),
                 self.pool.clone(),
                 positions,
                 CONTEXT,
+                self.gpu.kv,
             )),
             On::Gpu => Box::new(CudaRunner::new(
                 self.gpu.clone(),
@@ -309,6 +312,7 @@ impl Setup<'_> {
                 positions,
                 CONTEXT,
                 256,
+                self.gpu.kv,
             )?),
         })
     }
@@ -485,10 +489,11 @@ pub fn run(
     let draft = draft_path.map(Model::load).transpose()?.map(Arc::new);
     let pool = Arc::new(ThreadPool::with_available_parallelism());
     println!(
-        "\nmodel: {} ({} layers, d_model {})",
+        "\nmodel: {} ({} layers, d_model {}), KV {} on both sides",
         model_path.display(),
         model.config.n_layers,
-        model.config.d_model
+        model.config.d_model,
+        gpu.kv.name()
     );
     let mut tallies = logits_checks(gpu, &model, &pool)?;
     let setup = Setup {

@@ -21,7 +21,8 @@ pub fn run(args: &InfoArgs, global: &GlobalArgs) -> Result<()> {
     let model = &loaded.model;
     let cfg = &model.config;
 
-    let kv_per_token = KvCache::bytes_per_position(cfg.n_layers, cfg.kv_dim()) as u64;
+    let kv_per_token =
+        KvCache::bytes_per_position(cfg.n_layers, cfg.kv_dim(), global.kv_type) as u64;
     let weight_bytes = model.weight_bytes() as u64;
     let full_context = weight_bytes + kv_per_token * cfg.context_len as u64;
     let types = model
@@ -54,7 +55,11 @@ pub fn run(args: &InfoArgs, global: &GlobalArgs) -> Result<()> {
         ),
         (
             "KV per token",
-            format!("{} (f32 keys and values)", human_bytes(kv_per_token)),
+            format!(
+                "{} ({} keys and values, --kv-type)",
+                human_bytes(kv_per_token),
+                global.kv_type.name()
+            ),
         ),
         (
             "memory at full context",

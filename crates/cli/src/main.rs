@@ -82,6 +82,17 @@ pub struct GlobalArgs {
     /// (the draft guesses from those alone); 0 runs every token. Only speed changes.
     #[arg(long, value_name = "N", default_value_t = tf_engine::proposer::DEFAULT_WINDOW, global = true)]
     pub draft_window: usize,
+    /// How the KV cache stores keys and values: `bf16` (2 bytes a value), `q8_0` (1 byte, and
+    /// a scale per 32 values) or `f32` (4 bytes). Every format gives exact replies (drafted ==
+    /// serial, resumed == fresh); replies in different formats may differ.
+    #[arg(long = "kv-type", value_name = "TYPE", default_value = "bf16", global = true,
+          value_parser = parse_kv_type)]
+    pub kv_type: tf_kernels::kv::KvFormat,
+}
+
+fn parse_kv_type(s: &str) -> Result<tf_kernels::kv::KvFormat, String> {
+    tf_kernels::kv::KvFormat::parse(s)
+        .ok_or_else(|| format!("unknown KV type '{s}': use bf16, q8_0 or f32"))
 }
 
 /// What a CPU draft model's weights become at load (`--draft-quant`).

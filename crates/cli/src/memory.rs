@@ -2,7 +2,7 @@
 //! buffers must fit in it, decided before anything large is allocated.
 
 use anyhow::{bail, Result};
-use tf_kernels::kv::KvCache;
+use tf_kernels::kv::{KvCache, KvFormat};
 use tf_models::Model;
 
 use crate::load::gib;
@@ -61,8 +61,8 @@ impl MemoryPlan {
     }
 }
 
-fn kv_per_position(m: &Model) -> u64 {
-    KvCache::bytes_per_position(m.config.n_layers, m.config.kv_dim()) as u64
+fn kv_per_position(m: &Model, kv: KvFormat) -> u64 {
+    KvCache::bytes_per_position(m.config.n_layers, m.config.kv_dim(), kv) as u64
 }
 
 /// Buffers of one step of `rows` rows: activations, and logits when every row wants them. A
@@ -80,9 +80,12 @@ fn buffers(m: &Model, rows: usize) -> u64 {
 
 /// Plans the memory of a server of `target` (and `draft`): `context` is the requested one (else
 /// the largest that fits one whole request beside the weights, at most `max_context`); the KV
-/// pool holds `parallel` whole contexts when the budget allows, at least one.
+/// pool holds `parallel` whole contexts when the budget allows, at least one. Keys and values are
+/// stored in `kv`.
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     budget: u64,
+    kv: KvFormat,
     target: &Model,
     draft: Option<&Model>,
     requested_context: Option<usize>,
@@ -94,7 +97,7 @@ pub fn plan(
         + draft.map_or(0, |d| d.resident_weight_bytes() as u64);
     let buffers =
         FIXED_OVERHEAD + buffers(target, step_rows) + draft.map_or(0, |d| buffers(d, step_rows));
-    let kv_per_position = kv_per_position(target) + draft.map_or(0, kv_per_position);
+    let kv_per_position = kv_per_position(target, kv) + draft.map_or(0, |d| kv_per_position(d, kv));
     let fixed = weights + buffers;
     // The smallest useful server: one request of 256 positions.
     let min_positions = 256 + WINDOW_POSITIONS as u64;

@@ -219,6 +219,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         |target, draft| {
             let p = memory::plan(
                 budget,
+                global.kv_type,
                 target,
                 draft,
                 requested_context,
@@ -294,12 +295,15 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         lanes.plan.context, parallel
     );
     eprintln!(
-        "memory     budget {:.2} GiB: weights {:.2} GiB, KV cache {:.2} GiB ({} positions; the \
-         prompt cache keeps up to {:.2} GiB of it), buffers {:.2} GiB",
+        "memory     budget {:.2} GiB: weights {:.2} GiB, KV cache {:.2} GiB ({} positions of \
+         {} KiB, {} keys and values; the prompt cache keeps up to {:.2} GiB of it), buffers \
+         {:.2} GiB",
         gib(mem.budget),
         gib(mem.weights),
         gib(mem.kv_bytes()),
         mem.kv_positions,
+        mem.kv_per_position.div_ceil(1024),
+        global.kv_type.name(),
         gib(cache_blocks as u64 * mem.kv_per_position * tf_kernels::kv::BLOCK_SIZE as u64),
         gib(mem.buffers),
     );

@@ -9,7 +9,7 @@ fn main() {
         eprintln!("usage: cubin OUT.cubin [NAME=VALUE ...]");
         std::process::exit(2);
     };
-    let src = tf_cuda::compile::program_source();
+    let src = tf_cuda::compile::program_source(tf_kernels::kv::KvFormat::default());
     let mut opts = tf_cuda::compile::options((9, 0));
     opts.extend(args.map(|d| format!("-D{d}")));
     match tf_cuda::compile::compile(&src, &opts) {

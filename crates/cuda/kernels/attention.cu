@@ -44,7 +44,7 @@ __device__ __forceinline__ void attn_load_q(AttnSmem& sm, const float* q, int r,
 // One canonical chunk [c0, c0 + np) for the group's heads: leaves the chunk max and sum in
 // sm.cm / sm.cl and, for thread t < hd, the value sums of dimension t in oc[g]. Keys and values
 // of head dimensions up to 128 are staged in shared memory; larger heads read them in place.
-__device__ __forceinline__ void attn_chunk(AttnSmem& sm, const float* kc, const float* vc,
+__device__ __forceinline__ void attn_chunk(AttnSmem& sm, const kv_t* kc, const kv_t* vc,
                                            const int* m, const int* tables, const int* remaps,
                                            int c0, int np, int kvh, int g_n, int hd,
                                            int kv_dim, float scale, float* oc) {
@@ -58,8 +58,8 @@ __device__ __forceinline__ void attn_chunk(AttnSmem& sm, const float* kc, const 
         for (int i = t; i < np * hd; i += blockDim.x) {
             int p = i / hd, e = i % hd;
             size_t at = (size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd + e;
-            sm.ks[p * hd + e] = kc[at];
-            sm.vs[p * hd + e] = vc[at];
+            sm.ks[p * hd + e] = kv_get(kc[at]);
+            sm.vs[p * hd + e] = kv_get(vc[at]);
         }
         __syncthreads();
     }
@@ -71,10 +71,11 @@ __device__ __forceinline__ void attn_chunk(AttnSmem& sm, const float* kc, const 
         int g = valid ? pair / np : 0, p = valid ? pair % np : 0;
         float acc = 0.0f;
         if (valid) {
-            const float* k = staged ? sm.ks + p * hd
-                                    : kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd;
+            const float* ks = sm.ks + p * hd;
+            const kv_t* kg = kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd;
             const float* qg = sm.qs + g * hd;
-            for (int i = lane; i < hd; i += 16) acc = fmaf(qg[i], k[i], acc);
+            for (int i = lane; i < hd; i += 16)
+                acc = fmaf(qg[i], staged ? ks[i] : kv_get(kg[i]), acc);
         }
         for (int s = 8; s > 0; s >>= 1) {
             float other = __shfl_down_sync(FULL_MASK, acc, s, 16);
@@ -106,7 +107,7 @@ __device__ __forceinline__ void attn_chunk(AttnSmem& sm, const float* kc, const 
         for (int g = 0; g < MAX_GROUP; g++) oc[g] = 0.0f;
         for (int p = 0; p < np; p++) {
             float v = staged ? sm.vs[p * hd + t]
-                             : vc[(size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd + t];
+                             : kv_get(vc[(size_t)sm.slots[p] * kv_dim + (size_t)kvh * hd + t]);
 #pragma unroll
             for (int g = 0; g < MAX_GROUP; g++) {
                 if (g < g_n) oc[g] = fmaf(sm.sc[g][p], v, oc[g]);
@@ -135,7 +136,7 @@ __device__ __forceinline__ void attn_merge(bool first, float cm, float cl, float
 }
 
 // One pass per (row, KV head): chunks in order, merged as they come.
-extern "C" __global__ void attention(const float* q, const float* kc, const float* vc,
+extern "C" __global__ void attention(const float* q, const kv_t* kc, const kv_t* vc,
                                      const int* meta, const int* tables, const int* remaps,
                                      int n_heads, int n_kv_heads, int hd, float scale,
                                      float* out) {
@@ -181,7 +182,7 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
 // (row, head, chunk), `max_chunks` chunks per (row, head)); `attention_merge` then folds the
 // chunks of each (row, head) in ascending order with the same merge — the same bits as the
 // one-pass kernel.
-extern "C" __global__ void attention_split(const float* q, const float* kc, const float* vc,
+extern "C" __global__ void attention_split(const float* q, const kv_t* kc, const kv_t* vc,
                                            const int* meta, const int* tables,
                                            const int* remaps, int n_heads, int n_kv_heads,
                                            int hd, float scale, int max_chunks, float* part_ml,

@@ -27,8 +27,8 @@ struct FewSmem {
 // staged slots: every key when `pass` is 0, else only keys this call does not write (`pass`
 // 1) or only keys it does (`pass` 2), by `sm.fresh`. Every load is issued before any is used.
 template <int HD>
-__device__ __forceinline__ void few_load(const FewSmem<HD>& sm, const float* __restrict__ kc,
-                                         const float* __restrict__ vc, int kv_dim, int kvh,
+__device__ __forceinline__ void few_load(const FewSmem<HD>& sm, const kv_t* __restrict__ kc,
+                                         const kv_t* __restrict__ vc, int kv_dim, int kvh,
                                          int np, int pass, float4 (&kx)[KEY_CHUNK * HD / 4 / FEW_THREADS],
                                          float (&vr)[KEY_CHUNK]) {
     constexpr int KV = KEY_CHUNK * HD / 4 / FEW_THREADS;
@@ -37,13 +37,12 @@ __device__ __forceinline__ void few_load(const FewSmem<HD>& sm, const float* __r
     for (int j = 0; j < KV; j++) {
         const int i = t + j * FEW_THREADS, p = i / (HD / 4), c4 = i % (HD / 4);
         if (p < np && (pass == 0 || sm.fresh[p] == (pass == 2)))
-            kx[j] = __ldg(reinterpret_cast<const float4*>(
-                kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4));
+            kx[j] = kv_ld4(kc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4);
     }
 #pragma unroll
     for (int p = 0; p < KEY_CHUNK; p++) {
         if (p < np && (pass == 0 || sm.fresh[p] == (pass == 2)))
-            vr[p] = __ldg(vc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + vd);
+            vr[p] = kv_ldg(vc + (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + vd);
         else if (pass < 2)
             vr[p] = 0.0f;
     }
@@ -65,8 +64,8 @@ __device__ __forceinline__ void few_slots(FewSmem<HD>& sm, const int* m, const i
 }
 
 template <int HD>
-__device__ __forceinline__ void attn_few(const float* __restrict__ q, const float* __restrict__ kc,
-                                         const float* __restrict__ vc, const int* meta,
+__device__ __forceinline__ void attn_few(const float* __restrict__ q, const kv_t* __restrict__ kc,
+                                         const kv_t* __restrict__ vc, const int* meta,
                                          const int* tables, const int* remaps,
                                          const int* fresh, int n_heads, int n_kv_heads,
                                          float scale, int max_chunks, float* part_ml,
@@ -198,7 +197,7 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const floa
 
 #define ATTN_FEW_KERNEL(name, hd)                                                              \
     extern "C" __global__ void __launch_bounds__(FEW_THREADS)                                  \
-        name(const float* q, const float* kc, const float* vc, const int* meta,                \
+        name(const float* q, const kv_t* kc, const kv_t* vc, const int* meta,                \
              const int* tables, const int* remaps, const int* fresh, int n_heads,              \
              int n_kv_heads, float scale, int max_chunks, float* part_ml, float* part_o) {     \
         attn_few<hd>(q, kc, vc, meta, tables, remaps, fresh, n_heads, n_kv_heads, scale,       \

@@ -208,8 +208,8 @@ __device__ __forceinline__ void tile_chunk(TileSmem<HD>& sm, const int* lm, cons
 // Stages the chunk's keys (lane-major) and values: all of them (`part` 0), only those this call
 // does not write (1), or only those it does (2, by `sm.fresh`). Every load before any store.
 template <int HD>
-__device__ __forceinline__ void tile_stage(TileSmem<HD>& sm, const float* __restrict__ kc,
-                                           const float* __restrict__ vc, int kv_dim, int kvh,
+__device__ __forceinline__ void tile_stage(TileSmem<HD>& sm, const kv_t* __restrict__ kc,
+                                           const kv_t* __restrict__ vc, int kv_dim, int kvh,
                                            int part) {
     constexpr int DG = HD / 4;
     constexpr int PER = KEY_CHUNK * DG / TILE_THREADS;  // staged float4s per thread
@@ -222,8 +222,8 @@ __device__ __forceinline__ void tile_stage(TileSmem<HD>& sm, const float* __rest
         take[j] = p < npt && (part == 0 || sm.fresh[p] == (part == 2));
         if (take[j]) {
             const size_t at = (size_t)sm.slots[p] * kv_dim + (size_t)kvh * HD + 4 * c4;
-            kr[j] = __ldg(reinterpret_cast<const float4*>(kc + at));
-            vr[j] = __ldg(reinterpret_cast<const float4*>(vc + at));
+            kr[j] = kv_ld4(kc + at);
+            vr[j] = kv_ld4(vc + at);
         }
     }
 #pragma unroll
@@ -245,8 +245,8 @@ __device__ __forceinline__ void tile_stage(TileSmem<HD>& sm, const float* __rest
 // this call's keys and values) and stages the rest.
 template <int HD, bool SPLIT>
 __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
-                                          const float* __restrict__ kc,
-                                          const float* __restrict__ vc, const int* meta,
+                                          const kv_t* __restrict__ kc,
+                                          const kv_t* __restrict__ vc, const int* meta,
                                           const int* tables, const int* remaps,
                                           const int* fresh, int rows, int n_heads,
                                           int n_kv_heads, float scale, float* out,
@@ -502,7 +502,7 @@ __device__ __forceinline__ void attn_tile(const float* __restrict__ q,
 #define TILE_SPLIT_BLOCKS 3
 #define ATTN_TILE_KERNEL(name, hd, split, blocks)                                              \
     extern "C" __global__ void __launch_bounds__(TILE_THREADS, blocks)                         \
-        name(const float* q, const float* kc, const float* vc, const int* meta,                \
+        name(const float* q, const kv_t* kc, const kv_t* vc, const int* meta,                \
              const int* tables, const int* remaps, const int* fresh, int rows, int n_heads,     \
              int n_kv_heads, float scale, float* out, int max_chunks, float* part_ml,           \
              float* part_o) {                                                                   \

@@ -37,8 +37,10 @@ extern "C" __global__ void __maxnreg__(48)
 // Item u: where its one or two values come from and go, and its constants (biases, cos, sin).
 struct QpItem {
     int src0, src1;  // offsets into the q, k or v row (`from`: 0, 1, 2)
-    float* dst0;
+    float* dst0;  // q items: where their values go in `qo`
     float* dst1;
+    kv_t* kdst0;  // k and v items: where their values go in the cache (converted by kv_put)
+    kv_t* kdst1;
     float b0, b1, c, s;
     int from;
     bool pair, biased;
@@ -50,8 +52,8 @@ struct QpArgs {
     const float* bv;
     const float* pcs;  // this row's cos / sin pairs
     float* qw;
-    float* kw;
-    float* vw;
+    kv_t* kw;
+    kv_t* vw;
     int n_heads, hd, rot_dim, style, qp, pairs, kvd;
 };
 
@@ -67,12 +69,14 @@ __device__ __forceinline__ QpItem qp_item(const QpArgs& a, int u) {
         const int x = a.style == 0 ? 2 * i : i;
         const int y = a.style == 0 ? 2 * i + 1 : i + half;
         const float* bias = isq ? a.bq : a.bk;
-        float* dst = (isq ? a.qw : a.kw) + (size_t)h * a.hd;
+        const size_t at = (size_t)h * a.hd;
         it.from = isq ? 0 : 1;
         it.src0 = h * a.hd + x;
         it.src1 = h * a.hd + y;
-        it.dst0 = dst + x;
-        it.dst1 = dst + y;
+        it.dst0 = isq ? a.qw + at + x : nullptr;
+        it.dst1 = isq ? a.qw + at + y : nullptr;
+        it.kdst0 = isq ? nullptr : a.kw + at + x;
+        it.kdst1 = isq ? nullptr : a.kw + at + y;
         it.biased = bias != nullptr;
         if (bias) {
             it.b0 = bias[it.src0];
@@ -85,7 +89,8 @@ __device__ __forceinline__ QpItem qp_item(const QpArgs& a, int u) {
         const int e = u - a.pairs;
         it.from = 2;
         it.src0 = it.src1 = e;
-        it.dst0 = it.dst1 = a.vw + e;
+        it.dst0 = it.dst1 = nullptr;
+        it.kdst0 = it.kdst1 = a.vw + e;
         it.biased = a.bv != nullptr;
         if (a.bv) it.b0 = a.bv[e];
         it.pair = false;
@@ -96,12 +101,21 @@ __device__ __forceinline__ QpItem qp_item(const QpArgs& a, int u) {
         const float* bias = isq ? a.bq : a.bk;
         it.from = isq ? 0 : 1;
         it.src0 = it.src1 = h * a.hd + j;
-        it.dst0 = it.dst1 = (isq ? a.qw : a.kw) + it.src0;
+        it.dst0 = it.dst1 = isq ? a.qw + it.src0 : nullptr;
+        it.kdst0 = it.kdst1 = isq ? nullptr : a.kw + it.src0;
         it.biased = bias != nullptr;
         if (bias) it.b0 = bias[it.src0];
         it.pair = false;
     }
     return it;
+}
+
+// Value x to where the item's value `second` goes: q as it is, a cache value converted.
+__device__ __forceinline__ void qp_put(const QpItem& it, bool second, float x) {
+    if (it.dst0)
+        *(second ? it.dst1 : it.dst0) = x;
+    else
+        *(second ? it.kdst1 : it.kdst0) = kv_put(x);
 }
 
 // The item's values read, biased (where there is a bias), rotated (pairs) and written.
@@ -115,11 +129,11 @@ __device__ __forceinline__ void qp_apply(const QpItem& it, const float* qr, cons
             x0 = __fadd_rn(x0, it.b0);
             x1 = __fadd_rn(x1, it.b1);
         }
-        *it.dst0 = __fsub_rn(__fmul_rn(x0, it.c), __fmul_rn(x1, it.s));
-        *it.dst1 = __fadd_rn(__fmul_rn(x0, it.s), __fmul_rn(x1, it.c));
+        qp_put(it, false, __fsub_rn(__fmul_rn(x0, it.c), __fmul_rn(x1, it.s)));
+        qp_put(it, true, __fadd_rn(__fmul_rn(x0, it.s), __fmul_rn(x1, it.c)));
     } else {
         if (it.biased) x0 = __fadd_rn(x0, it.b0);
-        *it.dst0 = x0;
+        qp_put(it, false, x0);
     }
 }
 
@@ -130,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
              const float* __restrict__ bv, const int* __restrict__ pos,
              const int* __restrict__ slot, int n_heads, int n_kv_heads, int hd, int rot_dim,
              int style, const float* __restrict__ cs, float* __restrict__ qo,
-             float* __restrict__ kc, float* __restrict__ vc) {
+             kv_t* __restrict__ kc, kv_t* __restrict__ vc) {
     const int r = blockIdx.x;
     const int half = rot_dim / 2, rest = hd - rot_dim;
     const int qd = n_heads * hd, kvd = n_kv_heads * hd;

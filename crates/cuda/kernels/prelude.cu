@@ -66,3 +66,32 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
+
+// The KV cache's element (`tf_kernels::kv::KvFormat`): f32, or bf16 where the program is
+// compiled with KV_BF16. A value is rounded to bf16 to nearest, ties to even, by the integer
+// steps of `kv::bf16_from_f32` (a NaN stays a quiet NaN), and widened back by a shift, so that
+// GPU and CPU caches hold the same numbers.
+#ifdef KV_BF16
+typedef unsigned short kv_t;
+__device__ __forceinline__ float kv_get(kv_t h) { return __uint_as_float(((unsigned)h) << 16); }
+__device__ __forceinline__ kv_t kv_put(float x) {
+    const unsigned b = __float_as_uint(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (kv_t)((b >> 16) | 0x40u);
+    return (kv_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+// Four consecutive values (8-byte aligned).
+__device__ __forceinline__ float4 kv_ld4(const kv_t* p) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+}
+#else
+typedef float kv_t;
+__device__ __forceinline__ float kv_get(kv_t x) { return x; }
+__device__ __forceinline__ kv_t kv_put(float x) { return x; }
+// Four consecutive values (16-byte aligned).
+__device__ __forceinline__ float4 kv_ld4(const kv_t* p) {
+    return __ldg(reinterpret_cast<const float4*>(p));
+}
+#endif
+__device__ __forceinline__ float kv_ldg(const kv_t* p) { return kv_get(__ldg(p)); }

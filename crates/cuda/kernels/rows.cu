@@ -3,14 +3,14 @@
 
 // Key and value of row r to cache slot `slot[r]` (block id * 16 + offset) of one layer.
 extern "C" __global__ void kv_write(const float* k, const float* v, const int* slot, int rows,
-                                    int kv_dim, float* kc, float* vc) {
+                                    int kv_dim, kv_t* kc, kv_t* vc) {
     pdl_enter();
     int r = blockIdx.x;
     if (r >= rows) return;
     size_t dst = (size_t)slot[r] * kv_dim, src = (size_t)r * kv_dim;
     for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kc[dst + i] = k[src + i];
-        vc[dst + i] = v[src + i];
+        kc[dst + i] = kv_put(k[src + i]);
+        vc[dst + i] = kv_put(v[src + i]);
     }
 }
 
@@ -38,8 +38,8 @@ extern "C" __global__ void gather_rows(const float* x, const int* idx, int n, fl
 
 // Cache slot copies (tree-draft rows moving to their positions), pairs (from, to) of cache
 // indices, in order, for one layer; one thread block, pairs one after another.
-extern "C" __global__ void kv_copy(const int* pairs, int n_pairs, int kv_dim, float* kc,
-                                   float* vc) {
+extern "C" __global__ void kv_copy(const int* pairs, int n_pairs, int kv_dim, kv_t* kc,
+                                   kv_t* vc) {
     pdl_enter();
     for (int p = 0; p < n_pairs; p++) {
         size_t f = (size_t)pairs[2 * p] * kv_dim, t = (size_t)pairs[2 * p + 1] * kv_dim;

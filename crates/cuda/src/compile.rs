@@ -42,9 +42,12 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("fused.cu", include_str!("../kernels/fused.cu")),
 ];
 
-/// The whole program text.
-pub fn program_source() -> String {
+/// The whole program text, for a KV cache in `kv` (f32 or bf16: `kv_t` in `prelude.cu`).
+pub fn program_source(kv: tf_kernels::kv::KvFormat) -> String {
     let mut s = String::new();
+    if kv == tf_kernels::kv::KvFormat::Bf16 {
+        s.push_str("#define KV_BF16\n");
+    }
     for (name, text) in SOURCES {
         s.push_str(&format!("// ---- {name}\n"));
         s.push_str(text);

@@ -192,7 +192,7 @@ mod tests {
     /// the previous kernel has written it.
     #[test]
     fn every_kernel_waits_for_the_kernel_before_it() {
-        let src = crate::compile::program_source();
+        let src = crate::compile::program_source(tf_kernels::kv::KvFormat::F32);
         let fns = functions(&src);
         let mut waiting: HashSet<String> = HashSet::from(["pdl_enter".to_string()]);
         loop {

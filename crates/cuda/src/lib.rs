@@ -65,6 +65,8 @@ pub struct Gpu {
     pub module: Arc<CudaModule>,
     pub name: String,
     pub cc: (i32, i32),
+    /// How the program's kernels store keys and values (f32 or bf16).
+    pub kv: tf_kernels::kv::KvFormat,
     /// Shared memory one block may ask for (bytes, with the opt-in attribute).
     pub smem_optin: usize,
     /// Streaming multiprocessors.
@@ -136,7 +138,18 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
 impl Gpu {
     /// Opens GPU `ordinal` and loads the kernels, compiling them only when `cache_dir` holds no
     /// cubin for this source, these options and this GPU.
-    pub fn open(ordinal: usize, cache_dir: Option<&Path>) -> Result<Gpu> {
+    /// Opens GPU `ordinal` with the kernel program for a KV cache in `kv` (f32 or bf16).
+    pub fn open(
+        ordinal: usize,
+        cache_dir: Option<&Path>,
+        kv: tf_kernels::kv::KvFormat,
+    ) -> Result<Gpu> {
+        if kv == tf_kernels::kv::KvFormat::Q8 {
+            return Err(CudaError::Usage(
+                "the CUDA backend stores keys and values as bf16 or f32, not q8_0 (--kv-type)"
+                    .into(),
+            ));
+        }
         let ctx = guarded("libcuda", || {
             let n = CudaContext::device_count()?;
             if n <= ordinal as i32 {
@@ -154,7 +167,7 @@ impl Gpu {
         let sms = ctx.attribute(
             cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
         )? as usize;
-        let src = compile::program_source();
+        let src = compile::program_source(kv);
         let compiled = guarded("libnvrtc", || compile::cubin(&src, &name, cc, cache_dir))?;
         let program = ProgramInfo {
             cached: compiled.cached,
@@ -174,6 +187,7 @@ impl Gpu {
             module,
             name,
             cc,
+            kv,
             smem_optin,
             sms,
             program,
@@ -246,8 +260,8 @@ impl Gpu {
 
 /// Compiles the kernel program for compute capability `cc` without a GPU (NVRTC alone): the
 /// cubin's size, or `Ok(None)` where libnvrtc is not found.
-pub fn compile_check(cc: (i32, i32)) -> Result<Option<usize>> {
-    let src = compile::program_source();
+pub fn compile_check(cc: (i32, i32), kv: tf_kernels::kv::KvFormat) -> Result<Option<usize>> {
+    let src = compile::program_source(kv);
     match guarded("libnvrtc", || compile::compile(&src, &compile::options(cc))) {
         Ok(c) => Ok(Some(c.len())),
         Err(CudaError::Unavailable(_)) => Ok(None),

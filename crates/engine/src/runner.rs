@@ -5,7 +5,7 @@ use crate::blocks::BlockHash;
 use crate::error::EngineError;
 use crate::sampler::greedy_token;
 use std::sync::Arc;
-use tf_kernels::kv::KvCache;
+use tf_kernels::kv::{KvCache, KvFormat};
 use tf_kernels::ThreadPool;
 use tf_models::Model;
 pub use tf_models::{Row, TreeRow};
@@ -77,21 +77,24 @@ pub trait Runner: Send {
     fn cache_salt(&self) -> BlockHash {
         [0; 32]
     }
-    /// The keys and values of block `b` (all layers; see `KvCache::read_block` for the layout),
-    /// for the prefix cache's disk tier; `None` if this runner cannot export blocks.
-    fn block_data(&self, _b: tf_core::BlockId) -> Option<Vec<f32>> {
+    /// The stored keys and values of block `b` (all layers, in the cache's format; see
+    /// `KvCache::read_block` for the layout), for the prefix cache's disk tier; `None` if this
+    /// runner cannot export blocks.
+    fn block_data(&self, _b: tf_core::BlockId) -> Option<Vec<u8>> {
         None
     }
     /// Overwrites block `b` with `data` as [`block_data`](Self::block_data) returned it; false
     /// (and nothing written) if unsupported or `data` has the wrong length.
-    fn load_block(&mut self, _b: tf_core::BlockId, _data: &[f32]) -> bool {
+    fn load_block(&mut self, _b: tf_core::BlockId, _data: &[u8]) -> bool {
         false
     }
 }
 
 /// Bumped whenever the arithmetic behind a position's keys and values changes, so that cached
 /// blocks (on disk, across restarts) written by an older build are never taken.
-pub const KV_FORMAT: &str = concat!("tensorfold-kv-f32-v1-", env!("CARGO_PKG_VERSION"));
+/// The cache salt adds the runner's [`KvFormat`] name, so that a block stored in one format is
+/// never taken by a runner of another.
+pub const KV_FORMAT: &str = concat!("tensorfold-kv-v2-", env!("CARGO_PKG_VERSION"));
 
 /// Content samples of a model file (or of every file of a model directory): its length, its first
 /// 8 MiB (header, metadata, first tensors) and 64 KiB at 64 places through it. Cheap (about
@@ -142,15 +145,34 @@ pub struct ModelRunner {
 }
 
 impl ModelRunner {
-    /// A runner with room for `kv_positions` positions in total (over all sequences).
+    /// A runner with room for `kv_positions` positions in total (over all sequences), its keys
+    /// and values in the default format (bf16).
     pub fn new(
         model: Arc<Model>,
         pool: Arc<ThreadPool>,
         kv_positions: usize,
         context_len: usize,
     ) -> Self {
+        Self::with_format(model, pool, kv_positions, context_len, KvFormat::default())
+    }
+
+    /// [`new`](Self::new) with keys and values stored in `format`, which must hold the
+    /// model's rows ([`KvFormat::check`]).
+    pub fn with_format(
+        model: Arc<Model>,
+        pool: Arc<ThreadPool>,
+        kv_positions: usize,
+        context_len: usize,
+        format: KvFormat,
+    ) -> Self {
         let blocks = kv_positions.div_ceil(tf_kernels::kv::BLOCK_SIZE);
-        let kv = KvCache::new(model.config.n_layers, model.config.kv_dim(), blocks);
+        let kv = KvCache::new(
+            model.config.n_layers,
+            model.config.n_kv_heads,
+            model.config.head_dim,
+            blocks,
+            format,
+        );
         // The CPU kernels' weight layout is made now, not inside the first request.
         model.prepare_cpu();
         ModelRunner {
@@ -171,6 +193,10 @@ impl ModelRunner {
 
     pub fn model(&self) -> &Arc<Model> {
         &self.model
+    }
+
+    pub fn kv_format(&self) -> KvFormat {
+        self.kv.format
     }
 }
 
@@ -195,11 +221,11 @@ impl Runner for ModelRunner {
             self.kv.copy_slot(table, from, to);
         }
     }
-    fn block_data(&self, b: tf_core::BlockId) -> Option<Vec<f32>> {
+    fn block_data(&self, b: tf_core::BlockId) -> Option<Vec<u8>> {
         ((b as usize) < self.kv.blocks).then(|| self.kv.read_block(b))
     }
-    fn load_block(&mut self, b: tf_core::BlockId, data: &[f32]) -> bool {
-        if (b as usize) >= self.kv.blocks || data.len() != self.kv.block_floats() {
+    fn load_block(&mut self, b: tf_core::BlockId, data: &[u8]) -> bool {
+        if (b as usize) >= self.kv.blocks || data.len() != self.kv.block_bytes() {
             return false;
         }
         self.kv.write_block(b, data);
@@ -210,6 +236,7 @@ impl Runner for ModelRunner {
         let m = &self.model;
         let mut h = Sha256::new();
         h.update(KV_FORMAT);
+        h.update(self.kv.format.name());
         h.update(format!("{:?}", m.config).as_bytes());
         h.update(m.level.name().as_bytes());
         fingerprint_path(m.path(), &mut h);

@@ -7,12 +7,12 @@
 //! | bytes | field |
 //! | --- | --- |
 //! | 8 | magic `TFKVBLK\0` |
-//! | 4 | format version (1) |
+//! | 4 | format version (2: a byte payload in the cache's KV format) |
 //! | 4 | reserved (0) |
 //! | 32 | salt (the runner's model and kernel identity) |
 //! | 32 | the block's chain hash (equal to the file name) |
 //! | 8 | payload length in bytes |
-//! | n | payload: the block's f32 values (`Runner::block_data`), as their bit patterns |
+//! | n | payload: the block's stored keys and values (`Runner::block_data`), as stored |
 //! | 32 | SHA-256 of everything above |
 //!
 //! The checksum is SHA-256 because the crate already has it (with the CPU's SHA extensions where
@@ -41,7 +41,7 @@ use sha2::{Digest, Sha256};
 use crate::blocks::BlockHash;
 
 const MAGIC: [u8; 8] = *b"TFKVBLK\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Magic, version, reserved, salt, hash, payload length.
 pub const HEADER_BYTES: usize = 8 + 4 + 4 + 32 + 32 + 8;
 pub const CHECKSUM_BYTES: usize = 32;
@@ -136,8 +136,8 @@ fn parse_header(b: &[u8]) -> Option<Header> {
 }
 
 /// The bytes of a file holding `data` as block `hash` under `salt`.
-pub fn encode(salt: &BlockHash, hash: &BlockHash, data: &[f32]) -> Vec<u8> {
-    let payload = data.len() * 4;
+pub fn encode(salt: &BlockHash, hash: &BlockHash, data: &[u8]) -> Vec<u8> {
+    let payload = data.len();
     let mut out = Vec::with_capacity(HEADER_BYTES + payload + CHECKSUM_BYTES);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -145,16 +145,14 @@ pub fn encode(salt: &BlockHash, hash: &BlockHash, data: &[f32]) -> Vec<u8> {
     out.extend_from_slice(salt);
     out.extend_from_slice(hash);
     out.extend_from_slice(&(payload as u64).to_le_bytes());
-    for x in data {
-        out.extend_from_slice(&x.to_bits().to_le_bytes());
-    }
+    out.extend_from_slice(data);
     let sum = Sha256::digest(&out);
     out.extend_from_slice(&sum);
     out
 }
 
 /// The payload of a file's bytes if every field and the checksum are right; else why not.
-pub fn decode(salt: &BlockHash, hash: &BlockHash, b: &[u8]) -> Result<Vec<f32>, &'static str> {
+pub fn decode(salt: &BlockHash, hash: &BlockHash, b: &[u8]) -> Result<Vec<u8>, &'static str> {
     let h = parse_header(b).ok_or("short file or bad magic")?;
     if h.version != VERSION {
         return Err("format version");
@@ -166,17 +164,14 @@ pub fn decode(salt: &BlockHash, hash: &BlockHash, b: &[u8]) -> Result<Vec<f32>, 
         return Err("block hash");
     }
     let body = b.len() - HEADER_BYTES;
-    if body < CHECKSUM_BYTES || h.payload != (body - CHECKSUM_BYTES) as u64 || h.payload % 4 != 0 {
+    if body < CHECKSUM_BYTES || h.payload != (body - CHECKSUM_BYTES) as u64 {
         return Err("payload length");
     }
     let (content, sum) = b.split_at(b.len() - CHECKSUM_BYTES);
     if Sha256::digest(content).as_slice() != sum {
         return Err("checksum");
     }
-    Ok(content[HEADER_BYTES..]
-        .chunks_exact(4)
-        .map(|c| f32::from_bits(u32::from_le_bytes(c.try_into().expect("4 bytes"))))
-        .collect())
+    Ok(content[HEADER_BYTES..].to_vec())
 }
 
 impl SpillStore {
@@ -350,12 +345,12 @@ impl SpillStore {
 
     /// Writes block `hash` (a block already held is only marked used). False if it does not
     /// fit in the budget at all or the write failed.
-    pub fn put(&mut self, hash: &BlockHash, data: &[f32]) -> bool {
+    pub fn put(&mut self, hash: &BlockHash, data: &[u8]) -> bool {
         if self.contains(hash) {
             self.touch(hash);
             return true;
         }
-        let size = (HEADER_BYTES + data.len() * 4 + CHECKSUM_BYTES) as u64;
+        let size = (HEADER_BYTES + data.len() + CHECKSUM_BYTES) as u64;
         if size > self.budget {
             return false;
         }
@@ -417,7 +412,7 @@ impl SpillStore {
     /// The payload of block `hash`, verified (magic, version, salt, hash, length, checksum). A
     /// block not held is a miss; a held one whose file is missing, short or corrupt is deleted,
     /// counted in `failures`, and a miss too.
-    pub fn get(&mut self, hash: &BlockHash) -> Option<Vec<f32>> {
+    pub fn get(&mut self, hash: &BlockHash) -> Option<Vec<u8>> {
         if !self.contains(hash) {
             return None;
         }
@@ -533,15 +528,16 @@ mod tests {
         h
     }
 
-    fn block(i: u8) -> Vec<f32> {
+    /// 256 bytes: 64 f32 values, a NaN payload and -0 among them.
+    fn block(i: u8) -> Vec<u8> {
         let mut d: Vec<f32> = (0..64).map(|j| i as f32 * 1000.0 + j as f32).collect();
         d[0] = f32::from_bits(0x7FC0_0000 | i as u32);
         d[1] = -0.0;
-        d
+        d.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
     }
 
-    fn bits(d: &[f32]) -> Vec<u32> {
-        d.iter().map(|x| x.to_bits()).collect()
+    fn bits(d: &[u8]) -> Vec<u8> {
+        d.to_vec()
     }
 
     const SIZE: u64 = (HEADER_BYTES + 64 * 4 + CHECKSUM_BYTES) as u64;
@@ -763,7 +759,7 @@ mod tests {
             .sum();
         assert_eq!(on_disk, 3 * SIZE);
         // A block larger than the whole budget is not written (and evicts nothing).
-        let big = vec![0.0f32; 4 * 64];
+        let big = vec![0u8; 4 * 64 * 4];
         assert!(!s.put(&hash(9), &big));
         assert_eq!(s.len(), 3);
         // A smaller budget at reopen evicts the least recently modified files.

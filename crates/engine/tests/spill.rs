@@ -52,8 +52,8 @@ impl Drop for TempDir {
 const BIG: u64 = 1 << 30;
 
 /// Bytes of one block file of the tiny models: 2 layers × (keys, values) × 16 positions × a
-/// kv_dim of 128 floats, plus header and checksum.
-const FILE_BYTES: u64 = (HEADER_BYTES + 2 * 2 * BLOCK_SIZE * 128 * 4 + CHECKSUM_BYTES) as u64;
+/// kv_dim of 128 bf16 values, plus header and checksum.
+const FILE_BYTES: u64 = (HEADER_BYTES + 2 * 2 * BLOCK_SIZE * 128 * 2 + CHECKSUM_BYTES) as u64;
 
 fn files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -421,8 +421,9 @@ fn a_wrong_block_that_passes_every_check_changes_the_reply() {
         let (second, hashes) = first_turn_on_disk(&pair.target, &first, &dir.0);
         let mut store = SpillStore::open(&dir.0, BIG, salt_of(&pair.target)).unwrap();
         let mut data = store.get(&hashes[2]).unwrap();
-        for x in data.iter_mut() {
-            *x *= 0.5;
+        // The lowest exponent bit of every bf16 value: each one doubled or halved.
+        for x in data.iter_mut().skip(1).step_by(2) {
+            *x ^= 0x01;
         }
         assert!(store.remove(&hashes[2]));
         assert!(store.put(&hashes[2], &data));

@@ -1,6 +1,6 @@
 //! Attention speed by row count: `cargo run --release -p tf-kernels --example attention_bench --
-//! [THREADS] [CONTEXT] [ROWS,...] [avx2]` (defaults 2, 512, 1,2,4,8,16; `avx2` runs the AVX2
-//! path on an AVX-512 machine). The shape is Qwen2.5-1.5B's (12 query heads, 2 KV heads of 128)
+//! [THREADS] [CONTEXT] [ROWS,...] [avx2|native] [KV_TYPE]` (defaults 2, 512, 1,2,4,8,16,
+//! native, bf16; `avx2` runs the AVX2 path on an AVX-512 machine; KV_TYPE f32, bf16 or q8_0). The shape is Qwen2.5-1.5B's (12 query heads, 2 KV heads of 128)
 //! over 28 layers, each with its own keys and values (as in a forward, the layers' caches do not
 //! share a core's L1 or L2); the rows are consecutive positions of one sequence ending at
 //! CONTEXT, as in a verify round. Best of 15 passes, ms per 28-layer pass, and the ratio to the
@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
-use tf_kernels::kv::{KvCache, BLOCK_SIZE};
+use tf_kernels::kv::{KvCache, KvFormat, BLOCK_SIZE};
 use tf_kernels::ThreadPool;
 
 const LAYERS: usize = 28;
@@ -26,6 +26,10 @@ fn main() {
         Some("avx2") => tf_kernels::SimdLevel::Avx2,
         _ => tf_kernels::cpu::detect(),
     };
+    let format = args
+        .get(5)
+        .map(|s| KvFormat::parse(s).expect("KV_TYPE is f32, bf16 or q8_0"))
+        .unwrap_or_default();
     let shape = AttnShape {
         softcap: None,
         sinks: None,
@@ -36,7 +40,7 @@ fn main() {
     };
     let kv_dim = shape.n_kv_heads * shape.head_dim;
     let blocks = context.div_ceil(BLOCK_SIZE) + 1;
-    let mut cache = KvCache::new(LAYERS, kv_dim, blocks);
+    let mut cache = KvCache::new(LAYERS, shape.n_kv_heads, shape.head_dim, blocks, format);
     // A scattered block table, as after a while of serving.
     let table: Vec<u32> = (0..blocks as u32)
         .map(|b| (b * 7) % blocks as u32)
@@ -56,7 +60,10 @@ fn main() {
         }
     }
     let qd = shape.n_heads * shape.head_dim;
-    println!("attention_bench: {threads} threads, context {context}, {level:?}, {LAYERS} layers");
+    println!(
+        "attention_bench: {threads} threads, context {context}, {level:?}, {LAYERS} layers, KV {}",
+        format.name()
+    );
     let mut one = 0.0;
     for &rows in &counts {
         let keys: Vec<RowKeys> = (0..rows)

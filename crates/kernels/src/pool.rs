@@ -237,6 +237,15 @@ impl SharedOut {
     pub unsafe fn write(self, i: usize, v: f32) {
         *self.0.add(i) = v;
     }
+
+    /// The `len` values from `i`, to write.
+    ///
+    /// # Safety
+    /// They must be in bounds of the buffer and touched by one thread only during the call.
+    #[inline(always)]
+    pub unsafe fn slice<'a>(self, i: usize, len: usize) -> &'a mut [f32] {
+        std::slice::from_raw_parts_mut(self.0.add(i), len)
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use tf_kernels::attention::{attention, attention_reference, AttnShape, RowKeys, KEY_CHUNK};
-use tf_kernels::kv::{KvCache, BLOCK_SIZE};
+use tf_kernels::kv::{KvCache, KvFormat, BLOCK_SIZE};
 use tf_kernels::{SimdLevel, ThreadPool};
 
 struct Setup {
@@ -14,22 +14,37 @@ struct Setup {
     shape: AttnShape<'static>,
     q: Vec<f32>,
     n: usize,
+    /// The keys and values written, per position, before conversion to the cache's format.
+    written: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
 fn setup(n: usize, head_dim: usize) -> Setup {
+    setup_in(KvFormat::F32, n, head_dim)
+}
+
+/// The formats that can hold rows of `head_dim` values of two KV heads.
+fn formats(head_dim: usize) -> impl Iterator<Item = KvFormat> {
+    KvFormat::ALL
+        .into_iter()
+        .filter(move |f| f.check(head_dim).is_ok())
+}
+
+fn setup_in(format: KvFormat, n: usize, head_dim: usize) -> Setup {
     let (n_heads, n_kv_heads) = (6, 2);
     let kv_dim = n_kv_heads * head_dim;
     let blocks = n.div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(1, kv_dim, blocks + 3);
+    let mut kv = KvCache::new(1, n_kv_heads, head_dim, blocks + 3, format);
     // A scattered block table, as a real sequence gets.
     let table: Vec<u32> = (0..blocks as u32)
         .map(|b| (b * 7 + 2) % (blocks as u32 + 3))
         .collect();
     let mut rng = SplitMix64::new(n as u64 * 13 + head_dim as u64);
+    let mut written = Vec::new();
     for p in 0..n {
         let k: Vec<f32> = (0..kv_dim).map(|_| rng.next_f32_signed()).collect();
         let v: Vec<f32> = (0..kv_dim).map(|_| rng.next_f32_signed()).collect();
         kv.write(0, &table, p, &k, &v);
+        written.push((k, v));
     }
     let q: Vec<f32> = (0..n * n_heads * head_dim)
         .map(|_| rng.next_f32_signed() * 3.0)
@@ -47,6 +62,7 @@ fn setup(n: usize, head_dim: usize) -> Setup {
         },
         q,
         n,
+        written,
     }
 }
 
@@ -94,8 +110,11 @@ fn run_window(
 
 #[test]
 fn levels_rows_and_threads_agree_bitwise() {
-    for head_dim in [64usize, 128, 40, 256] {
-        let s = setup(3 * KEY_CHUNK + 5, head_dim);
+    for (head_dim, format) in [64usize, 128, 40, 256]
+        .into_iter()
+        .flat_map(|hd| formats(hd).map(move |f| (hd, f)))
+    {
+        let s = setup_in(format, 3 * KEY_CHUNK + 5, head_dim);
         let qd = s.shape.n_heads * head_dim;
         let p1 = ThreadPool::new(1);
         let want = run(&s, SimdLevel::Scalar, &p1, 0..s.n, None);
@@ -104,7 +123,7 @@ fn levels_rows_and_threads_agree_bitwise() {
                 let pool = ThreadPool::new(threads);
                 assert!(
                     bits_eq(&run(&s, level, &pool, 0..s.n, None), &want),
-                    "{level:?} x{threads}"
+                    "{format:?} {level:?} x{threads}"
                 );
             }
             // Each row alone, and inside a window at an offset.
@@ -112,11 +131,75 @@ fn levels_rows_and_threads_agree_bitwise() {
                 let got = run(&s, level, &p1, p..p + 1, None);
                 assert!(
                     bits_eq(&got, &want[p * qd..(p + 1) * qd]),
-                    "row {p} alone, {level:?}"
+                    "row {p} alone, {format:?} {level:?}"
                 );
             }
             let got = run(&s, level, &p1, 20..57, None);
             assert!(bits_eq(&got, &want[20 * qd..57 * qd]));
+        }
+    }
+}
+
+/// A long row alone on more threads than its (row, KV head) jobs has its chunks split over
+/// the threads and merged in order: the bits of the scalar row on one thread, for one and two
+/// KV heads, windowed or not, every format and head size that takes the AVX-512 kernel.
+#[test]
+fn a_long_row_split_over_threads_keeps_its_bits() {
+    for (head_dim, format) in [64usize, 128, 256]
+        .into_iter()
+        .flat_map(|hd| formats(hd).map(move |f| (hd, f)))
+    {
+        let mut s = setup_in(format, 23 * KEY_CHUNK + 7, head_dim);
+        let qd = s.shape.n_heads * head_dim;
+        let p1 = ThreadPool::new(1);
+        let last = s.n - 1;
+        for kv_heads in [2, 1] {
+            // One KV head: the six query heads all read the cache's head 0.
+            s.shape.n_kv_heads = kv_heads;
+            for window in [usize::MAX, 600] {
+                let want = run_window(&s, SimdLevel::Scalar, &p1, last..s.n, None, window);
+                for level in SimdLevel::available() {
+                    for threads in [2, 3, 5] {
+                        let pool = ThreadPool::new(threads);
+                        let got = run_window(&s, level, &pool, last..s.n, None, window);
+                        assert!(
+                            bits_eq(&got, &want),
+                            "{format:?} hd {head_dim} kv {kv_heads} w{window} {level:?} x{threads}"
+                        );
+                    }
+                }
+                // The long row in one call with a short row (their jobs split and not).
+                let short = run_window(&s, SimdLevel::Scalar, &p1, 3..4, None, window);
+                let keys: Vec<RowKeys> = [3usize, last]
+                    .iter()
+                    .map(|&p| RowKeys {
+                        table: &s.table,
+                        first: (p + 1).saturating_sub(window),
+                        n_keys: p + 1,
+                        remap: None,
+                    })
+                    .collect();
+                let q = [&s.q[3 * qd..4 * qd], &s.q[last * qd..s.n * qd]].concat();
+                let mut got = vec![0f32; 2 * qd];
+                let pool = ThreadPool::new(5);
+                attention(
+                    &pool,
+                    tf_kernels::detect(),
+                    &s.shape,
+                    &q,
+                    &keys,
+                    s.kv.layer(0),
+                    &mut got,
+                );
+                assert!(
+                    bits_eq(&got[..qd], &short),
+                    "short row, kv {kv_heads} w{window}"
+                );
+                assert!(
+                    bits_eq(&got[qd..], &want),
+                    "long row, kv {kv_heads} w{window}"
+                );
+            }
         }
     }
 }
@@ -126,8 +209,11 @@ fn levels_rows_and_threads_agree_bitwise() {
 /// alone, on head sizes that take each kernel.
 #[test]
 fn sliding_window_rows_agree_bitwise() {
-    for head_dim in [64usize, 40, 256] {
-        let s = setup(3 * KEY_CHUNK + 5, head_dim);
+    for (head_dim, format) in [64usize, 40, 256]
+        .into_iter()
+        .flat_map(|hd| formats(hd).map(move |f| (hd, f)))
+    {
+        let s = setup_in(format, 3 * KEY_CHUNK + 5, head_dim);
         let qd = s.shape.n_heads * head_dim;
         let p1 = ThreadPool::new(1);
         for window in [1usize, 5, KEY_CHUNK, KEY_CHUNK + 1, 40, 2 * KEY_CHUNK] {
@@ -136,7 +222,10 @@ fn sliding_window_rows_agree_bitwise() {
                 for threads in [1, 3] {
                     let pool = ThreadPool::new(threads);
                     let got = run_window(&s, level, &pool, 0..s.n, None, window);
-                    assert!(bits_eq(&got, &want), "w{window} {level:?} x{threads}");
+                    assert!(
+                        bits_eq(&got, &want),
+                        "w{window} {format:?} {level:?} x{threads}"
+                    );
                 }
                 for p in [0usize, window, 33, s.n - 1] {
                     let p = p.min(s.n - 1);
@@ -156,7 +245,9 @@ fn sliding_window_rows_agree_bitwise() {
 
 #[test]
 fn matches_plain_softmax() {
-    plain_softmax_check(usize::MAX, None, None);
+    for format in KvFormat::ALL {
+        plain_softmax_in(format, usize::MAX, None, None);
+    }
 }
 
 #[test]
@@ -219,7 +310,17 @@ fn soft_capped_scores() {
 
 /// The kernel against a float64 softmax over each row's visible keys (and its head's sink).
 fn plain_softmax_check(window: usize, softcap: Option<f32>, sinks: Option<&'static [f32]>) {
-    let mut s = setup(150, 64);
+    plain_softmax_in(KvFormat::F32, window, softcap, sinks)
+}
+
+/// [`plain_softmax_check`] over a cache in `format`, against the keys and values it holds.
+fn plain_softmax_in(
+    format: KvFormat,
+    window: usize,
+    softcap: Option<f32>,
+    sinks: Option<&'static [f32]>,
+) {
+    let mut s = setup_in(format, 150, 64);
     s.shape.softcap = softcap;
     s.shape.sinks = sinks;
     let pool = ThreadPool::new(2);
@@ -227,6 +328,11 @@ fn plain_softmax_check(window: usize, softcap: Option<f32>, sinks: Option<&'stat
     let qd = s.shape.n_heads * hd;
     let got = run_window(&s, tf_kernels::detect(), &pool, 0..s.n, None, window);
     let layer = s.kv.layer(0);
+    let widen = |plane: tf_kernels::kv::PlaneRef, off: usize| {
+        let mut x = vec![0f32; hd];
+        plane.widen(off, &mut x);
+        x
+    };
     for p in [0usize, 1, 77, 149] {
         let lo = (p + 1).saturating_sub(window);
         for h in 0..s.shape.n_heads {
@@ -234,9 +340,9 @@ fn plain_softmax_check(window: usize, softcap: Option<f32>, sinks: Option<&'stat
             let q = &s.q[p * qd + h * hd..p * qd + (h + 1) * hd];
             let scores: Vec<f64> = (lo..=p)
                 .map(|j| {
-                    let off = layer.offset(&s.table, j) + kvh * hd;
+                    let off = layer.head_at(&s.table, j, kvh);
                     q.iter()
-                        .zip(&layer.k[off..off + hd])
+                        .zip(&widen(layer.k, off))
                         .map(|(a, b)| *a as f64 * *b as f64)
                         .sum::<f64>()
                         * s.shape.scale as f64
@@ -249,7 +355,10 @@ fn plain_softmax_check(window: usize, softcap: Option<f32>, sinks: Option<&'stat
             let z: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
             for d in 0..hd {
                 let want: f64 = (lo..=p)
-                    .map(|j| w[j - lo] * layer.v[layer.offset(&s.table, j) + kvh * hd + d] as f64)
+                    .map(|j| {
+                        let v = widen(layer.v, layer.head_at(&s.table, j, kvh));
+                        w[j - lo] * v[d] as f64
+                    })
                     .sum::<f64>()
                     / z;
                 let g = got[p * qd + h * hd + d] as f64;
@@ -265,48 +374,48 @@ fn remapped_positions_give_the_serial_bits() {
     // same row computes when those positions sit in their own slots.
     use tf_kernels::attention::KeyRemap;
     let n = 70;
-    let s = setup(n, 64);
-    let pool = ThreadPool::new(1);
-    let qd = s.shape.n_heads * 64;
-    let serial = run(&s, SimdLevel::Scalar, &pool, n - 1..n, None);
-    // Copy positions 60..70 to slots 90..100 in reverse, scribble over the originals.
-    let base = 60;
-    let slots: Vec<usize> = (base..n).map(|p| 90 + (n - 1 - p)).collect();
-    let blocks = 100usize.div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(1, s.kv.kv_dim, blocks);
-    let table: Vec<u32> = (0..blocks as u32).collect();
-    let layer = s.kv.layer(0);
-    let kvd = s.kv.kv_dim;
-    for p in 0..n {
-        let off = layer.offset(&s.table, p);
-        let (k, v) = (&layer.k[off..off + kvd], &layer.v[off..off + kvd]);
-        let slot = if p >= base { slots[p - base] } else { p };
-        kv.write(0, &table, slot, k, v);
-        if p >= base {
-            kv.write(0, &table, p, &vec![9.0; kvd], &vec![-9.0; kvd]);
+    for format in KvFormat::ALL {
+        let s = setup_in(format, n, 64);
+        let pool = ThreadPool::new(1);
+        let qd = s.shape.n_heads * 64;
+        let serial = run(&s, SimdLevel::Scalar, &pool, n - 1..n, None);
+        // Copy positions 60..70 to slots 90..100 in reverse, scribble over the originals.
+        let base = 60;
+        let slots: Vec<usize> = (base..n).map(|p| 90 + (n - 1 - p)).collect();
+        let blocks = 100usize.div_ceil(BLOCK_SIZE);
+        let mut kv = KvCache::new(1, s.kv.kv_heads, s.kv.head_dim, blocks, format);
+        let table: Vec<u32> = (0..blocks as u32).collect();
+        let kvd = s.kv.kv_dim;
+        for p in 0..n {
+            let (k, v) = &s.written[p];
+            let slot = if p >= base { slots[p - base] } else { p };
+            kv.write(0, &table, slot, k, v);
+            if p >= base {
+                kv.write(0, &table, p, &vec![9.0; kvd], &vec![-9.0; kvd]);
+            }
         }
-    }
-    for level in SimdLevel::available() {
-        let keys = [RowKeys {
-            table: &table,
-            first: 0,
-            n_keys: n,
-            remap: Some(KeyRemap {
-                base,
-                slots: &slots,
-            }),
-        }];
-        let mut out = vec![0f32; qd];
-        attention(
-            &pool,
-            level,
-            &s.shape,
-            &s.q[(n - 1) * qd..n * qd],
-            &keys,
-            kv.layer(0),
-            &mut out,
-        );
-        assert!(bits_eq(&out, &serial), "{level:?}");
+        for level in SimdLevel::available() {
+            let keys = [RowKeys {
+                table: &table,
+                first: 0,
+                n_keys: n,
+                remap: Some(KeyRemap {
+                    base,
+                    slots: &slots,
+                }),
+            }];
+            let mut out = vec![0f32; qd];
+            attention(
+                &pool,
+                level,
+                &s.shape,
+                &s.q[(n - 1) * qd..n * qd],
+                &keys,
+                kv.layer(0),
+                &mut out,
+            );
+            assert!(bits_eq(&out, &serial), "{format:?} {level:?}");
+        }
     }
 }
 
@@ -329,7 +438,7 @@ fn grouped_heads_equal_one_head_jobs() {
         s.shape.n_kv_heads = n_kv_heads;
         let kv_dim = n_kv_heads * head_dim;
         let blocks = s.n.div_ceil(BLOCK_SIZE);
-        s.kv = KvCache::new(1, kv_dim, blocks + 3);
+        s.kv = KvCache::new(1, n_kv_heads, head_dim, blocks + 3, KvFormat::Bf16);
         let mut rng = SplitMix64::new(n_heads as u64 * 101 + head_dim as u64);
         for p in 0..s.n {
             let k: Vec<f32> = (0..kv_dim).map(|_| rng.next_f32_signed()).collect();

@@ -3,7 +3,7 @@
 //! copies of one model agree; bad models are refused with clear errors.
 
 use tf_core::DType;
-use tf_kernels::kv::{KvCache, BLOCK_SIZE};
+use tf_kernels::kv::{KvCache, KvFormat, BLOCK_SIZE};
 use tf_kernels::ThreadPool;
 use tf_models::synth::{synth_gguf, SynthSpec};
 use tf_models::{Model, ModelError, Row};
@@ -22,8 +22,25 @@ fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
 
 /// Logits of every position of `toks`, prefilled in the given chunk sizes (cycled).
 fn run_chunked(m: &Model, pool: &ThreadPool, toks: &[u32], chunks: &[usize]) -> Vec<f32> {
+    run_chunked_in(KvFormat::default(), m, pool, toks, chunks)
+}
+
+/// [`run_chunked`] with keys and values stored in `format`.
+fn run_chunked_in(
+    format: KvFormat,
+    m: &Model,
+    pool: &ThreadPool,
+    toks: &[u32],
+    chunks: &[usize],
+) -> Vec<f32> {
     let blocks = toks.len().div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), blocks);
+    let mut kv = KvCache::new(
+        m.config.n_layers,
+        m.config.n_kv_heads,
+        m.config.head_dim,
+        blocks,
+        format,
+    );
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut out = Vec::new();
     let (mut at, mut ci) = (0, 0);
@@ -94,12 +111,28 @@ fn chunking_and_threads_do_not_change_a_bit() {
         moe_like("olmoe", DType::Q4K, 8, 2),
         gpt_oss_like(),
     ];
-    for spec in dense.into_iter().chain(moe) {
+    // Every KV format on the first model, the default on the others.
+    let runs = dense
+        .into_iter()
+        .chain(moe)
+        .enumerate()
+        .flat_map(|(i, spec)| {
+            let formats = if i == 0 {
+                &KvFormat::ALL[..]
+            } else {
+                &[KvFormat::Bf16][..]
+            };
+            formats.iter().map(move |&f| (spec.clone(), f))
+        });
+    for (spec, format) in runs {
         let (arch, dtype) = (spec.arch, spec.matrix_dtype);
         let m = model(&spec);
+        if format.check(m.config.head_dim).is_err() {
+            continue;
+        }
         let toks = tokens(75, 3, spec.vocab);
         let p1 = ThreadPool::new(1);
-        let one = run_chunked(&m, &p1, &toks, &[1]);
+        let one = run_chunked_in(format, &m, &p1, &toks, &[1]);
         assert!(one.iter().all(|v| v.is_finite()));
         for (threads, chunks) in [
             (1usize, vec![75usize]),
@@ -108,10 +141,10 @@ fn chunking_and_threads_do_not_change_a_bit() {
             (2, vec![64, 2]),
         ] {
             let pool = ThreadPool::new(threads);
-            let got = run_chunked(&m, &pool, &toks, &chunks);
+            let got = run_chunked_in(format, &m, &pool, &toks, &chunks);
             assert!(
                 same_bits(&got, &one),
-                "{arch} {dtype}: chunks {chunks:?} threads {threads} differ"
+                "{arch} {dtype} KV {format:?}: chunks {chunks:?} threads {threads} differ"
             );
         }
     }
@@ -174,8 +207,10 @@ fn rows_of_other_sequences_keep_their_bits(spec: &SynthSpec) {
     let per_seq_blocks = 64usize.div_ceil(BLOCK_SIZE);
     let mut kv = KvCache::new(
         m.config.n_layers,
-        m.config.kv_dim(),
+        m.config.n_kv_heads,
+        m.config.head_dim,
         per_seq_blocks * seqs.len(),
+        KvFormat::default(),
     );
     let tables: Vec<Vec<u32>> = (0..seqs.len())
         .map(|s| {
@@ -400,7 +435,13 @@ fn bad_rows_are_errors_not_panics() {
     let spec = SynthSpec::tiny("qwen2", DType::F32);
     let m = model(&spec);
     let pool = ThreadPool::new(1);
-    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), 1);
+    let mut kv = KvCache::new(
+        m.config.n_layers,
+        m.config.n_kv_heads,
+        m.config.head_dim,
+        1,
+        KvFormat::default(),
+    );
     let table = vec![0u32];
     let bad_token = Row {
         token: 10_000,
@@ -437,7 +478,13 @@ fn tree_rows_in_other_slots_give_the_serial_bits() {
     let n = toks.len();
     let serial = run_chunked(&m, &pool, &toks, &[n]);
     let blocks = (n + 16).div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), blocks);
+    let mut kv = KvCache::new(
+        m.config.n_layers,
+        m.config.n_kv_heads,
+        m.config.head_dim,
+        blocks,
+        KvFormat::default(),
+    );
     let table: Vec<u32> = (0..blocks as u32).collect();
     let base = n - 3;
     let rows: Vec<Row> = (0..base)
@@ -512,9 +559,21 @@ fn pruned_head_keeps_its_columns_bits() {
             tree: None,
         })
         .collect();
-    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), blocks);
+    let mut kv = KvCache::new(
+        m.config.n_layers,
+        m.config.n_kv_heads,
+        m.config.head_dim,
+        blocks,
+        KvFormat::default(),
+    );
     let full = m.forward(&pool, &rows, &mut kv).unwrap();
-    let mut kv = KvCache::new(m.config.n_layers, m.config.kv_dim(), blocks);
+    let mut kv = KvCache::new(
+        m.config.n_layers,
+        m.config.n_kv_heads,
+        m.config.head_dim,
+        blocks,
+        KvFormat::default(),
+    );
     let pruned = m.forward_head(&pool, &rows, &mut kv, Some(&head)).unwrap();
     assert_eq!(full.len(), pruned.len());
     for (i, (a, b)) in full.iter().zip(&pruned).enumerate() {

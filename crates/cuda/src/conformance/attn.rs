@@ -9,7 +9,7 @@ use crate::Result;
 use tf_core::BlockId;
 use tf_kernels::actq::{ActBlock, QuantAct};
 use tf_kernels::attention::{self, AttnShape, KeyRemap, RowKeys, KEY_CHUNK};
-use tf_kernels::kv::{KvLayer, BLOCK_SIZE};
+use tf_kernels::kv::{bf16_from_f32, KvFormat, KvLayer, PlaneRef, BLOCK_SIZE};
 use tf_kernels::pool::ThreadPool;
 use tf_kernels::SimdLevel;
 
@@ -116,7 +116,21 @@ pub fn run(
         let slots = n_blocks * BLOCK_SIZE;
         let k = activations(slots, kv_dim, seed ^ 0xA0 ^ hd as u64);
         let v = activations(slots, kv_dim, seed ^ 0xB0 ^ hd as u64);
-        let (dk, dv) = (gpu.upload(&k)?, gpu.upload(&v)?);
+        // The GPU program's cache format: f32 as they are, or bf16 (rounded as the CPU cache
+        // rounds, two to an f32-sized unit of the buffer); the CPU cache holds each block head
+        // by head.
+        let bf16 = gpu.kv == KvFormat::Bf16;
+        let (k16, v16): (Vec<u16>, Vec<u16>) = (
+            k.iter().map(|&x| bf16_from_f32(x)).collect(),
+            v.iter().map(|&x| bf16_from_f32(x)).collect(),
+        );
+        let (dk, dv) = if bf16 {
+            (gpu.upload(&packed(&k16))?, gpu.upload(&packed(&v16))?)
+        } else {
+            (gpu.upload(&k)?, gpu.upload(&v)?)
+        };
+        let (hk, hv) = (head_major(&k, kvh, hd), head_major(&v, kvh, hd));
+        let (hk16, hv16) = (head_major(&k16, kvh, hd), head_major(&v16, kvh, hd));
         let flat: Vec<i32> = tables.iter().flatten().map(|&b| b as i32).collect();
         let toff = [0, lens[0] / BLOCK_SIZE, (lens[0] + lens[1]) / BLOCK_SIZE];
         let dtables = gpu.upload(&flat)?;
@@ -152,10 +166,16 @@ pub fn run(
                 scale,
             };
             let mut want = vec![0f32; m * qd];
+            let (pk, pv) = if bf16 {
+                (PlaneRef::Bf16(&hk16), PlaneRef::Bf16(&hv16))
+            } else {
+                (PlaneRef::F32(&hk), PlaneRef::F32(&hv))
+            };
             let kv = KvLayer {
-                k: &k,
-                v: &v,
-                kv_dim,
+                k: pk,
+                v: pv,
+                kv_heads: kvh,
+                head_dim: hd,
             };
             attention::attention(pool, level, &shape, &q, &keys, kv, &mut want);
 
@@ -228,7 +248,11 @@ pub fn run(
                     let got = gpu.download(&out)?;
                     let (eq, md) = bits_equal(&got, &want);
                     table.push(Row {
-                        op: format!("attention {form}{}", if split { " split" } else { "" }),
+                        op: format!(
+                            "attention {form}{}{}",
+                            if split { " split" } else { "" },
+                            if bf16 { " bf16" } else { "" }
+                        ),
                         ty: format!("{name} {h}/{kvh}x{hd}"),
                         rows: m,
                         equal: eq,
@@ -269,4 +293,27 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// Slot-major rows (`[slot][kv head][head_dim]`, the GPU cache's layout) rearranged as the CPU
+/// cache holds them: per block of `BLOCK_SIZE` slots, head by head.
+fn head_major<T: Copy + Default>(x: &[T], kv_heads: usize, hd: usize) -> Vec<T> {
+    let kv_dim = kv_heads * hd;
+    let mut out = vec![T::default(); x.len()];
+    for (slot, row) in x.chunks_exact(kv_dim).enumerate() {
+        let (b, p) = (slot / BLOCK_SIZE, slot % BLOCK_SIZE);
+        for (h, head) in row.chunks_exact(hd).enumerate() {
+            let at = ((b * kv_heads + h) * BLOCK_SIZE + p) * hd;
+            out[at..at + hd].copy_from_slice(head);
+        }
+    }
+    out
+}
+
+/// bf16 values two to an f32-sized unit (the first in the low half), as the GPU buffer holds
+/// them: the f32s are only carriers of bits, never computed with.
+fn packed(x: &[u16]) -> Vec<f32> {
+    x.chunks(2)
+        .map(|c| f32::from_bits(c[0] as u32 | (c.get(1).copied().unwrap_or(0) as u32) << 16))
+        .collect()
 }

@@ -147,7 +147,7 @@ pub fn run(args: &super::Options) -> Result<()> {
         ));
     }
     let cache = &args.cache;
-    let mut gpu = Gpu::open(args.gpu, Some(cache))?;
+    let mut gpu = Gpu::open(args.gpu, Some(cache), tf_kernels::kv::KvFormat::F32)?;
     println!(
         "gpu: {} (sm_{}{}); kernels {} in {:.1} ms ({} bytes){}",
         gpu.name,
@@ -166,7 +166,7 @@ pub fn run(args: &super::Options) -> Result<()> {
             .map(|p| format!(", {}", p.display()))
             .unwrap_or_default()
     );
-    let again = Gpu::open(args.gpu, Some(cache))?;
+    let again = Gpu::open(args.gpu, Some(cache), tf_kernels::kv::KvFormat::F32)?;
     println!(
         "second open: {} in {:.2} ms",
         if again.program.cached {
@@ -389,6 +389,10 @@ pub fn run(args: &super::Options) -> Result<()> {
     super::argmax::run(&gpu, &args.rows, args.seed, &mut table)?;
     super::gemv::run(&gpu, level, &pool, args.seed, &mut table)?;
     super::attn::run(&mut gpu, level, &pool, args.seed, &mut table)?;
+    // The attention kernels once more as compiled for a bf16 KV cache.
+    let mut gpu16 = Gpu::open(args.gpu, Some(cache), tf_kernels::kv::KvFormat::Bf16)?;
+    super::attn::run(&mut gpu16, level, &pool, args.seed, &mut table)?;
+    drop(gpu16);
 
     // RoPE: Qwen2.5-1.5B's q heads, random positions below 4096, both pair styles.
     for style in [RopeStyle::Neox, RopeStyle::Interleaved] {

@@ -22,7 +22,7 @@ use forward::Out;
 use tf_core::{BlockId, TokenId};
 use tf_engine::runner::{fingerprint_path, Row, Runner, KV_FORMAT};
 use tf_engine::{EngineError, NoiseKey, Pick};
-use tf_kernels::kv::BLOCK_SIZE;
+use tf_kernels::kv::{KvFormat, BLOCK_SIZE};
 use tf_models::Model;
 
 use crate::{CudaError, Gpu, Result};
@@ -91,8 +91,16 @@ impl CudaRunner {
         kv_positions: usize,
         context_len: usize,
         max_rows: usize,
+        kv: KvFormat,
     ) -> Result<CudaRunner> {
         let cfg = &model.config;
+        if kv != gpu.kv {
+            return Err(CudaError::Usage(format!(
+                "a {} KV cache asked of a GPU program compiled for {}",
+                kv.name(),
+                gpu.kv.name()
+            )));
+        }
         // The device forward runs the plain decoder's ops and these; a plan that needs more is
         // refused here rather than run wrong.
         use tf_models::Feature;
@@ -124,8 +132,11 @@ impl CudaRunner {
         .check()?;
         // Weights and the KV cache must fit the GPU's free memory: a clear refusal instead of
         // an out-of-memory error halfway through the upload.
-        let kv_bytes =
-            kv_positions.div_ceil(BLOCK_SIZE) * BLOCK_SIZE * cfg.kv_dim() * 8 * cfg.n_layers;
+        let kv_bytes = kv_positions.div_ceil(BLOCK_SIZE)
+            * BLOCK_SIZE
+            * 2
+            * kv.row_bytes(cfg.kv_dim())
+            * cfg.n_layers;
         let need = model.weight_bytes() + kv_bytes;
         if let Ok((free, _)) = gpu.ctx.mem_get_info() {
             if need > free {
@@ -141,7 +152,8 @@ impl CudaRunner {
         }
         let w = DevWeights::upload(&gpu, model.weights())?;
         let blocks = kv_positions.div_ceil(BLOCK_SIZE);
-        let per_layer = blocks * BLOCK_SIZE * cfg.kv_dim();
+        // `kv_t` values in f32-sized units (bf16: two a unit; a block's values are even).
+        let per_layer = blocks * BLOCK_SIZE * kv.row_bytes(cfg.kv_dim()) / 4;
         let mut kc = Vec::with_capacity(cfg.n_layers);
         let mut vc = Vec::with_capacity(cfg.n_layers);
         for _ in 0..cfg.n_layers {
@@ -216,8 +228,9 @@ impl CudaRunner {
         layout::cache_index(table, slot, self.blocks)
     }
 
+    /// One block's keys (or values) of one layer in f32-sized units of the cache buffers.
     fn layer_floats(&self) -> usize {
-        BLOCK_SIZE * self.model.config.kv_dim()
+        BLOCK_SIZE * self.gpu.kv.row_bytes(self.model.config.kv_dim()) / 4
     }
 }
 
@@ -312,7 +325,7 @@ impl Runner for CudaRunner {
             eprintln!("tensorfold: GPU KV copy failed: {e}");
         }
     }
-    fn block_data(&self, b: BlockId) -> Option<Vec<f32>> {
+    fn block_data(&self, b: BlockId) -> Option<Vec<u8>> {
         if b as usize >= self.blocks {
             return None;
         }
@@ -331,13 +344,17 @@ impl Runner for CudaRunner {
                 .ok()?;
         }
         self.gpu.sync().ok()?;
-        Some(out)
+        Some(out.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect())
     }
-    fn load_block(&mut self, b: BlockId, data: &[f32]) -> bool {
+    fn load_block(&mut self, b: BlockId, data: &[u8]) -> bool {
         let n = self.layer_floats();
-        if b as usize >= self.blocks || data.len() != 2 * n * self.kc.len() {
+        if b as usize >= self.blocks || data.len() != 4 * 2 * n * self.kc.len() {
             return false;
         }
+        let data: Vec<f32> = data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
         let at = b as usize * n;
         for (l, chunk) in data.chunks_exact(2 * n).enumerate() {
             let (k, v) = chunk.split_at(n);
@@ -360,6 +377,7 @@ impl Runner for CudaRunner {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         h.update(KV_FORMAT);
+        h.update(self.gpu.kv.name());
         h.update(b"cuda\0");
         h.update(self.gpu.name.as_bytes());
         h.update(format!("{:?}", self.gpu.cc).as_bytes());

@@ -15,6 +15,7 @@ pub use tf_engine::SourceId;
 use tf_engine::{
     Engine, EngineConfig, EngineError, Event, ModelRunner, Receipt, Request, Runner, SamplingParams,
 };
+use tf_kernels::kv::KvFormat;
 use tf_kernels::ThreadPool;
 use tf_models::synth::{synth_gguf, SynthSpec};
 use tf_models::Model;
@@ -149,6 +150,21 @@ pub struct Bench {
     pub blocks: usize,
 }
 
+thread_local! {
+    /// The KV format of the targets that [`bench_with`] builds on this thread (each test runs
+    /// on its own thread).
+    static KV: std::cell::Cell<KvFormat> = std::cell::Cell::new(KvFormat::default());
+}
+
+/// Runs `f` with every engine this thread builds storing its target's keys and values in
+/// `format`.
+pub fn with_kv_format<T>(format: KvFormat, f: impl FnOnce() -> T) -> T {
+    let before = KV.with(|k| k.replace(format));
+    let out = f();
+    KV.with(|k| k.set(before));
+    out
+}
+
 /// An engine over `target` (KV for `kv_positions` positions, a pool of `threads` threads), with
 /// `draft` as its draft model.
 pub fn bench(
@@ -176,7 +192,9 @@ pub fn bench_with(
     draft: impl FnOnce(Arc<ThreadPool>, usize) -> Option<Box<dyn Proposer>>,
 ) -> Bench {
     let pool = Arc::new(ThreadPool::new(threads));
-    let runner = ModelRunner::new(target.clone(), pool.clone(), kv_positions, CONTEXT);
+    let format = KV.with(|k| k.get());
+    let runner =
+        ModelRunner::with_format(target.clone(), pool.clone(), kv_positions, CONTEXT, format);
     let blocks = runner.kv_blocks();
     let calibrate = config.drafts && config.min_drafts == 0;
     let mut engine = Engine::new(Box::new(runner), config, CostModel::flat());

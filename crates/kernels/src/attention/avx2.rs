@@ -62,17 +62,17 @@ unsafe fn heads_nv<const NV: usize>(
     let mut big_l = [0f32; MAX_GROUP];
     let mut kp = [std::ptr::null::<f32>(); KEY_CHUNK];
     let mut vp = [std::ptr::null::<f32>(); KEY_CHUNK];
+    // A chunk's keys and values widened to f32 (unused when the cache stores f32).
+    let mut kbuf = vec![0f32; KEY_CHUNK * hd];
+    let mut vbuf = vec![0f32; KEY_CHUNK * hd];
     // Per head: the chunk's scores, then their exponentials, and the merge factors.
     let mut s = [[0f32; KEY_CHUNK]; MAX_GROUP];
     let mut ab = [(0f32, 0f32); MAX_GROUP];
     out.fill(0.0);
     for c0 in (0..keys.n_keys).step_by(KEY_CHUNK) {
         let n = (keys.n_keys - c0).min(KEY_CHUNK);
-        for i in 0..n {
-            let off = kv.offset(keys.table, keys.slot(c0 + i)) + kvh * hd;
-            kp[i] = kv.k[off..off + hd].as_ptr();
-            vp[i] = kv.v[off..off + hd].as_ptr();
-        }
+        super::chunk_rows(kv, kv.k, keys, kvh, hd, c0, n, &mut kp, &mut kbuf);
+        super::chunk_rows(kv, kv.v, keys, kvh, hd, c0, n, &mut vp, &mut vbuf);
         // The next chunk's keys and values, asked for now (its blocks lie anywhere in the cache).
         super::prefetch_keys(
             kv,

@@ -1,12 +1,16 @@
 //! [`group_body`](super::group_body) with AVX-512, lane for lane: each chunk's keys and values
 //! are located once for all query heads of the KV head and for up to [`ROW_GROUP`] rows of one
-//! sequence (a verify window, a prefill chunk). A chunk runs in three passes so that what the
-//! rows and heads share stays in L1: the scores of every (row, head), 16 keys at a time (a
-//! head's 16 dot products folded together: the canonical fold, transposed, the same additions on
-//! the same operands); then per (row, head) the chunk max, the exponentials 16 at a time and
-//! their sum in key order; then the value sums, six heads of a row and four vectors of their
-//! values at a time, each value vector loaded once for the six. Every accumulator sees exactly
-//! the operations of its head alone, in the same order.
+//! sequence (a verify window, a prefill chunk); a cache in bf16 or q8_0 has the chunk's keys,
+//! then its values, widened into one buffer first. A chunk runs in three passes so that what the
+//! rows and heads share stays in L1: the scores of every (row, head), the dot products of six
+//! of them with four keys at a time (each key vector loaded once for the six), then each head's
+//! 16 dot products folded together (the canonical fold, transposed, the same additions on the
+//! same operands); then per (row, head) the chunk max, the exponentials 16 at a time and their
+//! sum in key order; then the value sums, six heads of a row and four vectors of their values at
+//! a time, each value vector loaded once for the six. Every accumulator sees exactly the
+//! operations of its head alone, in the same order. A long row alone on more threads than its
+//! jobs ([`row_span`], [`merge_records`]) has its chunks computed on several threads and merged
+//! in order afterwards, by the same merge step.
 
 use super::{AttnShape, RowKeys, KEY_CHUNK};
 use crate::canon;
@@ -26,11 +30,16 @@ pub(super) const ROW_GROUP: usize = 8;
 /// Heads whose value sums run together, over [`VALUE_DIMS`] vectors of each head's values at a
 /// time: 24 accumulators of the 32 registers, and each value vector is loaded once for six heads.
 const VALUE_HEADS: usize = 6;
+
+/// Query heads whose scores are taken together, four keys at a time: 24 accumulators, each key
+/// vector loaded once for the six.
+const SCORE_QUERIES: usize = 6;
 const VALUE_DIMS: usize = 4;
 
 /// The attention of the query heads of KV head `kvh` for the rows `keys` (at most
 /// [`ROW_GROUP`], reading the same keys up to their lengths): `q` and `out` hold, per row, the
-/// group's heads (`group · head_dim` values a row).
+/// group's heads (`group · head_dim` values a row). `wide` (`KEY_CHUNK · head_dim` values) holds
+/// a chunk's keys, then its values, widened to f32 when the cache stores another format.
 ///
 /// # Safety
 /// AVX-512 F must be available; `supports(shape.head_dim)`.
@@ -42,12 +51,160 @@ pub(super) unsafe fn rows(
     keys: &[RowKeys],
     kv: &KvLayer,
     out: &mut [f32],
+    wide: &mut [f32],
 ) {
+    let part = Part {
+        span: 0..usize::MAX,
+        rec: None,
+    };
     match shape.head_dim {
-        64 => rows_heads::<4>(shape, q, kvh, keys, kv, out),
-        128 => rows_heads::<8>(shape, q, kvh, keys, kv, out),
-        256 => rows_heads::<16>(shape, q, kvh, keys, kv, out),
+        64 => rows_heads::<4>(shape, q, kvh, keys, kv, out, wide, part),
+        128 => rows_heads::<8>(shape, q, kvh, keys, kv, out, wide, part),
+        256 => rows_heads::<16>(shape, q, kvh, keys, kv, out, wide, part),
         d => unreachable!("head_dim {d} is not supported here"),
+    }
+}
+
+/// Floats of one chunk's partial result for one head: its max, its sum, its value sums.
+pub(super) fn record_len(head_dim: usize) -> usize {
+    head_dim + 2
+}
+
+/// [`rows`] for one row over the chunks starting in `span` only (key positions, multiples of
+/// [`KEY_CHUNK`]), each chunk's max, sum and value sums per head written to `rec` (chunk by
+/// chunk, head by head, [`record_len`] floats each) instead of merged: a long row's chunks
+/// computed on several threads, then merged in order by [`merge_records`].
+///
+/// # Safety
+/// As [`rows`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn row_span(
+    shape: &AttnShape,
+    q: &[f32],
+    kvh: usize,
+    key: &RowKeys,
+    kv: &KvLayer,
+    span: std::ops::Range<usize>,
+    rec: &mut [f32],
+    wide: &mut [f32],
+) {
+    let mut out = vec![0f32; q.len()];
+    let keys = std::slice::from_ref(key);
+    let part = Part {
+        span,
+        rec: Some(rec),
+    };
+    match shape.head_dim {
+        64 => rows_heads::<4>(shape, q, kvh, keys, kv, &mut out, wide, part),
+        128 => rows_heads::<8>(shape, q, kvh, keys, kv, &mut out, wide, part),
+        256 => rows_heads::<16>(shape, q, kvh, keys, kv, &mut out, wide, part),
+        d => unreachable!("head_dim {d} is not supported here"),
+    }
+}
+
+/// The chunks of one row that [`row_span`] wrote to `rec`, `c0s` their starts in order (every
+/// chunk the row visits), merged into `out` (the row's heads) exactly as [`rows`] merges them
+/// as it goes.
+///
+/// # Safety
+/// AVX-512 F must be available; `head_dim` is 64, 128 or 256.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn merge_records(
+    head_dim: usize,
+    c0s: impl Iterator<Item = usize>,
+    rec: &[f32],
+    out: &mut [f32],
+) {
+    match head_dim {
+        64 => merge_records_nv::<4>(c0s, rec, out),
+        128 => merge_records_nv::<8>(c0s, rec, out),
+        256 => merge_records_nv::<16>(c0s, rec, out),
+        d => unreachable!("head_dim {d} is not supported here"),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn merge_records_nv<const NV: usize>(
+    c0s: impl Iterator<Item = usize>,
+    rec: &[f32],
+    out: &mut [f32],
+) {
+    let hd = NV * 16;
+    let g_n = out.len() / hd;
+    let per = record_len(hd);
+    let mut run = [Running {
+        m: f32::NEG_INFINITY,
+        l: 0.0,
+    }; super::MAX_GROUP];
+    out.fill(0.0);
+    for (ci, c0) in c0s.enumerate() {
+        for (g, st) in run.iter_mut().enumerate().take(g_n) {
+            let r = &rec[(ci * g_n + g) * per..(ci * g_n + g + 1) * per];
+            let mut ob = [_mm512_setzero_ps(); NV];
+            for (j, v) in ob.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(r[2 + 16 * j..].as_ptr());
+            }
+            merge_chunk(st, c0 == 0, r[0], r[1], &ob, out.as_mut_ptr().add(g * hd));
+        }
+    }
+    finish::<NV>(&run[..g_n], out);
+}
+
+/// Which chunks [`rows_heads`] visits and where their results go: merged into the output as
+/// they come (`rec` None), or each chunk's max, sum and value sums written to `rec`.
+struct Part<'a> {
+    span: std::ops::Range<usize>,
+    rec: Option<&'a mut [f32]>,
+}
+
+/// One chunk's max `m`, sum `l` and value sums `ob` of one head merged into its running state
+/// and its output `o` (the first chunk, at position 0, taken as it is).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn merge_chunk<const NV: usize>(
+    st: &mut Running,
+    first: bool,
+    m: f32,
+    l: f32,
+    ob: &[__m512; NV],
+    o: *mut f32,
+) {
+    if first {
+        st.m = m;
+        st.l = l;
+        for (j, c) in ob.iter().enumerate() {
+            _mm512_storeu_ps(o.add(16 * j), *c);
+        }
+    } else {
+        let nm = st.m.max(m);
+        let a = canon::exp(st.m - nm);
+        let bb = canon::exp(m - nm);
+        st.l = st.l * a + l * bb;
+        let (av, bv) = (_mm512_set1_ps(a), _mm512_set1_ps(bb));
+        for (j, c) in ob.iter().enumerate() {
+            let prev = _mm512_loadu_ps(o.add(16 * j));
+            let merged = _mm512_add_ps(_mm512_mul_ps(prev, av), _mm512_mul_ps(*c, bv));
+            _mm512_storeu_ps(o.add(16 * j), merged);
+        }
+        st.m = nm;
+    }
+}
+
+/// Each head's output divided by its sum (heads whose sum is 0 stay 0).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn finish<const NV: usize>(run: &[Running], out: &mut [f32]) {
+    for (g, st) in run.iter().enumerate() {
+        if st.l > 0.0 {
+            let d = _mm512_set1_ps(st.l);
+            let o = out.as_mut_ptr().add(g * NV * 16);
+            for j in 0..NV {
+                let v = _mm512_div_ps(_mm512_loadu_ps(o.add(16 * j)), d);
+                _mm512_storeu_ps(o.add(16 * j), v);
+            }
+        }
     }
 }
 
@@ -59,6 +216,7 @@ struct Running {
 }
 
 #[inline]
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn rows_heads<const NV: usize>(
     shape: &AttnShape,
@@ -67,6 +225,8 @@ unsafe fn rows_heads<const NV: usize>(
     keys: &[RowKeys],
     kv: &KvLayer,
     out: &mut [f32],
+    wide: &mut [f32],
+    mut part: Part,
 ) {
     let hd = NV * 16;
     let n_rows = keys.len();
@@ -81,12 +241,16 @@ unsafe fn rows_heads<const NV: usize>(
         assert!(!k.windowed() || n_rows == 1);
         assert!(std::ptr::eq(k.table, first.table) && k.n_keys == first.n_keys + i);
     }
+    // Records are written for a row alone (every chunk of the span is one of its own).
+    assert!(part.rec.is_none() || n_rows == 1);
     let mut run = [[Running {
         m: f32::NEG_INFINITY,
         l: 0.0,
     }; super::MAX_GROUP]; ROW_GROUP];
     let mut kp = [std::ptr::null::<f32>(); KEY_CHUNK];
     let mut vp = [std::ptr::null::<f32>(); KEY_CHUNK];
+    // Per query head of a score pass: its 16-lane dot product accumulators, one per key.
+    let mut dot = [[_mm512_setzero_ps(); KEY_CHUNK]; SCORE_QUERIES];
     // Per (row, head): the chunk's scores, then their exponentials.
     let mut sc = [[0f32; KEY_CHUNK]; ROW_GROUP * super::MAX_GROUP];
     // Per (row, head): the chunk's max and sum of exponentials.
@@ -98,13 +262,10 @@ unsafe fn rows_heads<const NV: usize>(
     // that chunk's keys before it score -inf (exponential exactly 0, so the sums and the merge
     // get the bits of the portable body, which skips them).
     let window_first = first.first;
-    for c0 in (window_first / KEY_CHUNK * KEY_CHUNK..last_keys).step_by(KEY_CHUNK) {
+    let lo = (window_first / KEY_CHUNK * KEY_CHUNK).max(part.span.start);
+    for c0 in (lo..last_keys.min(part.span.end)).step_by(KEY_CHUNK) {
         let n_max = (last_keys - c0).min(KEY_CHUNK);
-        for i in 0..n_max {
-            let off = kv.offset(first.table, first.slot(c0 + i)) + kvh * hd;
-            kp[i] = kv.k[off..off + hd].as_ptr();
-            vp[i] = kv.v[off..off + hd].as_ptr();
-        }
+        super::chunk_rows(kv, kv.k, first, kvh, hd, c0, n_max, &mut kp, wide);
         // The next chunk's keys and values, asked for now: a chunk's rows lie in blocks anywhere
         // in the cache, which the hardware prefetchers do not follow.
         super::prefetch_keys(
@@ -123,36 +284,46 @@ unsafe fn rows_heads<const NV: usize>(
         // Rows with keys in this chunk (rows are consecutive positions: a suffix of them).
         let r_in = keys.iter().take_while(|row| row.n_keys <= c0).count();
         let n_of = |r: usize| (keys[r].n_keys - c0).min(KEY_CHUNK);
-        // Scores of every (row, head), 16 keys at a time for all of them, so that those keys
-        // stay in L1 while every head of every row reads them; lanes past a row's keys are -inf.
-        for h in 0..n_max.div_ceil(16) {
-            let base = 16 * h;
-            let kh: &[*const f32; 16] = kp[base..base + 16].try_into().unwrap();
-            for r in r_in..n_rows {
+        // Scores of every (row, head): the dot products of up to SCORE_QUERIES query heads
+        // with four keys at a time (each key vector loaded once for all of them), kept whole,
+        // then each (row, head)'s 16-key halves folded; lanes past a row's keys are -inf.
+        let halves = n_max.div_ceil(16);
+        let nq = (n_rows - r_in) * g_n;
+        let mut q0 = 0;
+        while q0 < nq {
+            let gb = (nq - q0).min(SCORE_QUERIES);
+            let qp: [*const f32; SCORE_QUERIES] =
+                std::array::from_fn(|b| q.as_ptr().add((r_in * g_n + q0 + b.min(gb - 1)) * hd));
+            let npad = 16 * halves;
+            match gb {
+                1 => dots::<NV, 1>(npad, &kp, &qp, &mut dot),
+                2 => dots::<NV, 2>(npad, &kp, &qp, &mut dot),
+                3 => dots::<NV, 3>(npad, &kp, &qp, &mut dot),
+                4 => dots::<NV, 4>(npad, &kp, &qp, &mut dot),
+                5 => dots::<NV, 5>(npad, &kp, &qp, &mut dot),
+                _ => dots::<NV, 6>(npad, &kp, &qp, &mut dot),
+            }
+            for (b, acc) in dot.iter().enumerate().take(gb) {
+                let (r, g) = (r_in + (q0 + b) / g_n, (q0 + b) % g_n);
                 let n = n_of(r);
-                for g in 0..g_n {
+                for h in 0..halves {
+                    let base = 16 * h;
                     let dst = sc[r * g_n + g].as_mut_ptr().add(base);
                     if base >= n {
                         _mm512_storeu_ps(dst, _mm512_set1_ps(f32::NEG_INFINITY));
                         continue;
                     }
                     let cnt = (n - base).min(16);
-                    let qg = q.as_ptr().add((r * g_n + g) * hd);
-                    let mut acc = [_mm512_setzero_ps(); 16];
-                    for j in 0..NV {
-                        let qj = _mm512_loadu_ps(qg.add(16 * j));
-                        for (a, k) in acc.iter_mut().zip(kh) {
-                            *a = _mm512_fmadd_ps(qj, _mm512_loadu_ps(k.add(16 * j)), *a);
-                        }
-                    }
                     let mut valid: __mmask16 = if cnt == 16 { 0xFFFF } else { (1u16 << cnt) - 1 };
                     let before = window_first.saturating_sub(c0 + base).min(16);
                     valid &= !((1u32 << before) - 1) as u16;
-                    let scaled = _mm512_mul_ps(fold16(&acc), _mm512_set1_ps(shape.scale));
+                    let lanes: &[__m512; 16] = acc[base..base + 16].try_into().unwrap();
+                    let scaled = _mm512_mul_ps(fold16(lanes), _mm512_set1_ps(shape.scale));
                     let s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), scaled);
                     _mm512_storeu_ps(dst, s);
                 }
             }
+            q0 += gb;
         }
         // Per (row, head): the chunk max, the exponentials (0 past the row's keys) and their sum
         // in key order.
@@ -196,6 +367,7 @@ unsafe fn rows_heads<const NV: usize>(
         }
         // Value sums, a few heads of a row at a time (each value row loaded once for them),
         // merged into the heads' outputs as the portable body does.
+        super::chunk_rows(kv, kv.v, first, kvh, hd, c0, n_max, &mut vp, wide);
         for r in r_in..n_rows {
             let n = n_of(r);
             let mut g0 = 0;
@@ -216,44 +388,61 @@ unsafe fn rows_heads<const NV: usize>(
                 }
                 for (b, ob) in oc.iter().enumerate().take(gb) {
                     let g = g0 + b;
-                    let st = &mut run[r][g];
                     let (m, l) = (ms[r * g_n + g], ls[r * g_n + g]);
-                    let o = out.as_mut_ptr().add((r * g_n + g) * hd);
-                    if c0 == 0 {
-                        st.m = m;
-                        st.l = l;
+                    if let Some(rec) = part.rec.as_deref_mut() {
+                        let per = record_len(hd);
+                        let at = ((c0 - lo) / KEY_CHUNK * g_n + g) * per;
+                        let d = &mut rec[at..at + per];
+                        (d[0], d[1]) = (m, l);
                         for (j, c) in ob.iter().enumerate() {
-                            _mm512_storeu_ps(o.add(16 * j), *c);
+                            _mm512_storeu_ps(d[2 + 16 * j..].as_mut_ptr(), *c);
                         }
-                    } else {
-                        let nm = st.m.max(m);
-                        let a = canon::exp(st.m - nm);
-                        let bb = canon::exp(m - nm);
-                        st.l = st.l * a + l * bb;
-                        let (av, bv) = (_mm512_set1_ps(a), _mm512_set1_ps(bb));
-                        for (j, c) in ob.iter().enumerate() {
-                            let prev = _mm512_loadu_ps(o.add(16 * j));
-                            let merged =
-                                _mm512_add_ps(_mm512_mul_ps(prev, av), _mm512_mul_ps(*c, bv));
-                            _mm512_storeu_ps(o.add(16 * j), merged);
-                        }
-                        st.m = nm;
+                        continue;
                     }
+                    let o = out.as_mut_ptr().add((r * g_n + g) * hd);
+                    merge_chunk(&mut run[r][g], c0 == 0, m, l, ob, o);
                 }
                 g0 += gb;
             }
         }
     }
-    for (r, heads) in run.iter().enumerate().take(n_rows) {
-        for (g, st) in heads.iter().enumerate().take(g_n) {
-            if st.l > 0.0 {
-                let d = _mm512_set1_ps(st.l);
-                let o = out.as_mut_ptr().add((r * g_n + g) * hd);
-                for j in 0..NV {
-                    let v = _mm512_div_ps(_mm512_loadu_ps(o.add(16 * j)), d);
-                    _mm512_storeu_ps(o.add(16 * j), v);
+    if part.rec.is_none() {
+        for (r, heads) in run.iter().enumerate().take(n_rows) {
+            finish::<NV>(&heads[..g_n], &mut out[r * g_n * hd..(r + 1) * g_n * hd]);
+        }
+    }
+}
+
+/// `acc[b][t]` = the canonical dot's 16 lane sums (before the fold) of query `qp[b]` with key
+/// `kp[t]`, for the first `npad` keys (a multiple of 4) and `GB` queries: each key vector is
+/// loaded once for the `GB` queries, each accumulator sees exactly the FMAs of its dot alone.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn dots<const NV: usize, const GB: usize>(
+    npad: usize,
+    kp: &[*const f32; KEY_CHUNK],
+    qp: &[*const f32; SCORE_QUERIES],
+    out: &mut [[__m512; KEY_CHUNK]; SCORE_QUERIES],
+) {
+    for t0 in (0..npad).step_by(4) {
+        let k4 = [kp[t0], kp[t0 + 1], kp[t0 + 2], kp[t0 + 3]];
+        let mut acc = [[_mm512_setzero_ps(); 4]; GB];
+        for j in 0..NV {
+            let kv = [
+                _mm512_loadu_ps(k4[0].add(16 * j)),
+                _mm512_loadu_ps(k4[1].add(16 * j)),
+                _mm512_loadu_ps(k4[2].add(16 * j)),
+                _mm512_loadu_ps(k4[3].add(16 * j)),
+            ];
+            for (a, &qb) in acc.iter_mut().zip(qp) {
+                let qv = _mm512_loadu_ps(qb.add(16 * j));
+                for (x, k) in a.iter_mut().zip(&kv) {
+                    *x = _mm512_fmadd_ps(qv, *k, *x);
                 }
             }
+        }
+        for (o, a) in out.iter_mut().zip(&acc) {
+            o[t0..t0 + 4].copy_from_slice(a);
         }
     }
 }

@@ -22,7 +22,7 @@ mod avx2;
 mod avx512;
 
 use crate::canon;
-use crate::kv::KvLayer;
+use crate::kv::{KvLayer, PlaneRef};
 use crate::pool::{SharedOut, ThreadPool};
 use crate::SimdLevel;
 use tf_core::BlockId;
@@ -175,10 +175,14 @@ fn attention_avx512(
     let (hd, kvn) = (shape.head_dim, shape.n_kv_heads);
     let group = shape.n_heads / kvn;
     let groups = row_groups(rows, avx512::ROW_GROUP);
+    if groups.len() * kvn < pool.threads() && groups.iter().any(|g| splits(&rows[g.start], g)) {
+        return attention_spans(pool, shape, q, rows, kv, out, &groups);
+    }
     let dst = SharedOut(out.as_mut_ptr());
     pool.for_ranges(groups.len() * kvn, 1, &|range| {
         let mut qg = vec![0f32; avx512::ROW_GROUP * group * hd];
         let mut o = vec![0f32; avx512::ROW_GROUP * group * hd];
+        let mut wide = vec![0f32; KEY_CHUNK * hd];
         for job in range {
             let (rr, kvh) = (groups[job / kvn].clone(), job % kvn);
             let (h0, w) = (kvh * group * hd, group * hd);
@@ -187,12 +191,143 @@ fn attention_avx512(
                 qg[i * w..(i + 1) * w].copy_from_slice(&q[r * qd + h0..r * qd + h0 + w]);
             }
             // SAFETY: the level includes AVX-512 F; `supports(head_dim)` was checked.
-            unsafe { avx512::rows(shape, &qg[..n], kvh, &rows[rr.clone()], &kv, &mut o[..n]) };
+            unsafe {
+                avx512::rows(
+                    shape,
+                    &qg[..n],
+                    kvh,
+                    &rows[rr.clone()],
+                    &kv,
+                    &mut o[..n],
+                    &mut wide,
+                )
+            };
             for (i, r) in rr.enumerate() {
                 for (d, v) in o[i * w..(i + 1) * w].iter().enumerate() {
                     // SAFETY: each (row, KV head) pair belongs to one job, which writes its slice.
                     unsafe { dst.write(r * qd + h0 + d, *v) };
                 }
+            }
+        }
+    });
+}
+
+/// Keys a row alone needs before its (row, KV head) jobs are split over threads.
+#[cfg(target_arch = "x86_64")]
+const SPLIT_KEYS: usize = 16 * KEY_CHUNK;
+
+/// Whether the row group `g` (first row `row`) is one long row, whose chunks can be computed on
+/// several threads.
+#[cfg(target_arch = "x86_64")]
+fn splits(row: &RowKeys, g: &std::ops::Range<usize>) -> bool {
+    g.len() == 1 && row.n_keys - row.first >= SPLIT_KEYS
+}
+
+/// [`attention_avx512`] when its jobs are fewer than the threads (a long sequence's decode on
+/// a model with few KV heads): each long row's chunks are cut into one span per thread, each
+/// span's chunks computed apart (their max, sum and value sums per head written down), then
+/// merged in ascending chunk order by the formula a job alone applies as it goes, so every row
+/// gets the bits it gets alone.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn attention_spans(
+    pool: &ThreadPool,
+    shape: &AttnShape,
+    q: &[f32],
+    rows: &[RowKeys],
+    kv: KvLayer,
+    out: &mut [f32],
+    groups: &[std::ops::Range<usize>],
+) {
+    let qd = row_width(shape, q, rows, out);
+    let (hd, kvn) = (shape.head_dim, shape.n_kv_heads);
+    let (group, per) = (shape.n_heads / kvn, avx512::record_len(shape.head_dim));
+    let jobs = groups.len() * kvn;
+    let parts = pool.threads().div_ceil(jobs);
+    // Work items: (job, chunk starts span, where its records go); a job that is not split is
+    // one item without records.
+    let mut items: Vec<(usize, std::ops::Range<usize>, Option<usize>)> = Vec::new();
+    // Split jobs: (job, first chunk start, chunks, where their records start).
+    let mut split: Vec<(usize, usize, usize, usize)> = Vec::new();
+    let mut rec_len = 0;
+    for job in 0..jobs {
+        let g = &groups[job / kvn];
+        let row = &rows[g.start];
+        if !splits(row, g) {
+            items.push((job, 0..usize::MAX, None));
+            continue;
+        }
+        let c_first = row.first / KEY_CHUNK * KEY_CHUNK;
+        let chunks = (row.n_keys - c_first).div_ceil(KEY_CHUNK);
+        split.push((job, c_first, chunks, rec_len));
+        for p in 0..parts {
+            let (a, b) = (chunks * p / parts, chunks * (p + 1) / parts);
+            let span = c_first + a * KEY_CHUNK..c_first + b * KEY_CHUNK;
+            items.push((job, span, Some(rec_len + a * group * per)));
+        }
+        rec_len += chunks * group * per;
+    }
+    let mut rec = vec![0f32; rec_len];
+    let recs = SharedOut(rec.as_mut_ptr());
+    let dst = SharedOut(out.as_mut_ptr());
+    let w = group * hd;
+    let job_q = |job: usize| {
+        let (r, kvh) = (groups[job / kvn].start, job % kvn);
+        (r, kvh, &q[r * qd + kvh * w..r * qd + (kvh + 1) * w])
+    };
+    pool.for_ranges(items.len(), 1, &|range| {
+        let mut o = vec![0f32; avx512::ROW_GROUP * w];
+        let mut qg = vec![0f32; avx512::ROW_GROUP * w];
+        let mut wide = vec![0f32; KEY_CHUNK * hd];
+        for (job, span, at) in items[range].iter().cloned() {
+            let (rr, kvh) = (groups[job / kvn].clone(), job % kvn);
+            if let Some(at) = at {
+                let (r, _, qh) = job_q(job);
+                let len = span.len().div_ceil(KEY_CHUNK) * group * per;
+                // SAFETY: each item's records are its own span of `rec`, which outlives the
+                // call; the level includes AVX-512 F and `supports(head_dim)` was checked.
+                unsafe {
+                    let d = recs.slice(at, len);
+                    avx512::row_span(shape, qh, kvh, &rows[r], &kv, span, d, &mut wide);
+                }
+                continue;
+            }
+            let n = rr.len() * w;
+            for (i, r) in rr.clone().enumerate() {
+                qg[i * w..(i + 1) * w]
+                    .copy_from_slice(&q[r * qd + kvh * w..r * qd + (kvh + 1) * w]);
+            }
+            // SAFETY: as in `attention_avx512`.
+            unsafe {
+                avx512::rows(
+                    shape,
+                    &qg[..n],
+                    kvh,
+                    &rows[rr.clone()],
+                    &kv,
+                    &mut o[..n],
+                    &mut wide,
+                )
+            };
+            for (i, r) in rr.enumerate() {
+                for (d, v) in o[i * w..(i + 1) * w].iter().enumerate() {
+                    // SAFETY: each (row, KV head) pair belongs to one item, which writes its slice.
+                    unsafe { dst.write(r * qd + kvh * w + d, *v) };
+                }
+            }
+        }
+    });
+    pool.for_ranges(split.len(), 1, &|range| {
+        let mut o = vec![0f32; w];
+        for &(job, c_first, chunks, at) in &split[range] {
+            let (r, kvh, _) = job_q(job);
+            let c0s = (0..chunks).map(|c| c_first + c * KEY_CHUNK);
+            let len = chunks * group * per;
+            // SAFETY: AVX-512 F; the records were all written by the call above.
+            unsafe { avx512::merge_records(hd, c0s, &rec[at..at + len], &mut o) };
+            for (d, v) in o.iter().enumerate() {
+                // SAFETY: each split job writes its own row's heads.
+                unsafe { dst.write(r * qd + kvh * w + d, *v) };
             }
         }
     });
@@ -226,16 +361,39 @@ fn row_groups(rows: &[RowKeys], max: usize) -> Vec<std::ops::Range<usize>> {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn prefetch_keys(kv: &KvLayer, keys: &RowKeys, kvh: usize, hd: usize, at: std::ops::Range<usize>) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
     for p in at {
-        let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
-        for line in (0..hd).step_by(16) {
-            // SAFETY: the addresses are inside the cache's slices; a prefetch reads nothing.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T1>(kv.k[off + line..].as_ptr() as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(kv.v[off + line..].as_ptr() as *const i8);
+        let off = kv.head_at(keys.table, keys.slot(p), kvh);
+        kv.k.prefetch(off, hd);
+        kv.v.prefetch(off, hd);
+    }
+}
+
+/// Points `rp[i]` at the rows (KV head `kvh`, `hd` values) of `plane` at positions `c0 + i` for
+/// `i < n`, as `keys` places them: into the cache when it stores f32, else into `buf` (row i at
+/// `i * hd`), where they are widened to f32 first.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn chunk_rows(
+    kv: &KvLayer,
+    plane: PlaneRef,
+    keys: &RowKeys,
+    kvh: usize,
+    hd: usize,
+    c0: usize,
+    n: usize,
+    rp: &mut [*const f32; KEY_CHUNK],
+    buf: &mut [f32],
+) {
+    for (i, p) in rp.iter_mut().enumerate().take(n) {
+        let off = kv.head_at(keys.table, keys.slot(c0 + i), kvh);
+        *p = match plane.as_f32() {
+            Some(x) => x[off..off + hd].as_ptr(),
+            None => {
+                let b = &mut buf[i * hd..(i + 1) * hd];
+                plane.widen(off, b);
+                b.as_ptr()
             }
-        }
+        };
     }
 }
 
@@ -321,14 +479,15 @@ fn group_body(
     let mut l = [0f32; MAX_GROUP];
     let mut scores = [[0f32; KEY_CHUNK]; MAX_GROUP];
     let mut oc = vec![0f32; g_n * hd];
+    let mut row = vec![0f32; hd];
     out.fill(0.0);
     let mut first = true;
     for (c0, from) in keys.chunks() {
         let c1 = (c0 + KEY_CHUNK).min(keys.n_keys);
         m[..g_n].fill(f32::NEG_INFINITY);
         for p in from..c1 {
-            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
-            let k = &kv.k[off..off + hd];
+            let off = kv.head_at(keys.table, keys.slot(p), kvh);
+            let k = kv.k.row(off, hd, &mut row);
             for g in 0..g_n {
                 let mut s = canon::dot(level, &q[g * hd..(g + 1) * hd], k) * shape.scale;
                 if let Some(cap) = shape.softcap {
@@ -341,8 +500,8 @@ fn group_body(
         l[..g_n].fill(0.0);
         oc.fill(0.0);
         for p in from..c1 {
-            let off = kv.offset(keys.table, keys.slot(p)) + kvh * hd;
-            let v = &kv.v[off..off + hd];
+            let off = kv.head_at(keys.table, keys.slot(p), kvh);
+            let v = kv.v.row(off, hd, &mut row);
             for g in 0..g_n {
                 let e = canon::exp(scores[g][p - c0] - m[g]);
                 l[g] += e;

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use tf_kernels::kv::{KvCache, BLOCK_SIZE};
+use tf_kernels::kv::{KvCache, KvFormat, BLOCK_SIZE};
 use tf_kernels::ThreadPool;
 use tf_models::{Model, Row};
 
@@ -32,7 +32,14 @@ pub fn reference_dir() -> PathBuf {
 
 pub fn kv_for(model: &Model, positions: usize) -> (KvCache, Vec<u32>) {
     let blocks = positions.div_ceil(BLOCK_SIZE);
-    let kv = KvCache::new(model.config.n_layers, model.config.kv_dim(), blocks);
+    // f32: the oracle's keys and values are not rounded.
+    let kv = KvCache::new(
+        model.config.n_layers,
+        model.config.n_kv_heads,
+        model.config.head_dim,
+        blocks,
+        KvFormat::F32,
+    );
     (kv, (0..blocks as u32).collect())
 }
 
