@@ -271,6 +271,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
             Ok(lanes::KvPlan {
                 kv_positions: 4 * (max_len + 2048),
                 context: 8192,
+                max_running: None,
             })
         },
         config,

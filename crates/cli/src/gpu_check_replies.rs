@@ -42,6 +42,7 @@ impl Side {
                 Ok(lanes::KvPlan {
                     kv_positions: 16384,
                     context: 8192,
+                    max_running: None,
                 })
             },
             EngineConfig::default(),

@@ -29,6 +29,8 @@ pub struct Lanes {
 pub struct KvPlan {
     pub kv_positions: usize,
     pub context: usize,
+    /// Requests decoded at once, when the plan decides it (else the engine config's).
+    pub max_running: Option<usize>,
 }
 
 /// `draft`: `None` = the catalogue's draft for the target (if any), `Some("none")` = no draft
@@ -37,7 +39,7 @@ pub fn build(
     target_spec: &str,
     draft: Option<&str>,
     sizes: impl FnOnce(&Model, Option<&Model>) -> Result<KvPlan>,
-    config: EngineConfig,
+    mut config: EngineConfig,
     global: &GlobalArgs,
 ) -> Result<Lanes> {
     let path = load::resolve(target_spec, global)?;
@@ -71,6 +73,9 @@ pub fn build(
     }
     let plan = sizes(&target, draft_model.as_deref())?;
     let (kv_positions, context) = (plan.kv_positions, plan.context);
+    if let Some(n) = plan.max_running {
+        config.max_running = n;
+    }
     let pool = Arc::new(load::thread_pool(global));
     let max_rows = config.max_step_rows;
     let runner = backend.runner(&target, &pool, kv_positions, context, max_rows)?;

@@ -53,7 +53,14 @@ pub struct MemoryPlan {
     pub context: usize,
     /// KV positions in the pool (running requests and the prompt cache share it).
     pub kv_positions: usize,
+    /// Requests decoded at once.
+    pub parallel: usize,
 }
+
+/// `--parallel auto`: as many whole contexts as the KV budget holds, at least
+/// [`AUTO_PARALLEL_MIN`] (requests then wait for room) and at most [`AUTO_PARALLEL_MAX`].
+pub const AUTO_PARALLEL_MIN: usize = 4;
+pub const AUTO_PARALLEL_MAX: usize = 16;
 
 impl MemoryPlan {
     pub fn kv_bytes(&self) -> u64 {
@@ -80,8 +87,8 @@ fn buffers(m: &Model, rows: usize) -> u64 {
 
 /// Plans the memory of a server of `target` (and `draft`): `context` is the requested one (else
 /// the largest that fits one whole request beside the weights, at most `max_context`); the KV
-/// pool holds `parallel` whole contexts when the budget allows, at least one. Keys and values are
-/// stored in `kv`.
+/// pool holds `parallel` whole contexts when the budget allows, at least one (`None`: as many as
+/// fit, see [`AUTO_PARALLEL_MAX`]). Keys and values are stored in `kv`.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
     budget: u64,
@@ -90,7 +97,7 @@ pub fn plan(
     draft: Option<&Model>,
     requested_context: Option<usize>,
     max_context: usize,
-    parallel: usize,
+    parallel: Option<usize>,
     step_rows: usize,
 ) -> Result<MemoryPlan> {
     let weights = target.resident_weight_bytes() as u64
@@ -129,6 +136,7 @@ pub fn plan(
         Some(c) => c,
         None => trained.min(max_context).min(fits),
     };
+    let parallel = parallel.unwrap_or((fits / context).clamp(AUTO_PARALLEL_MIN, AUTO_PARALLEL_MAX));
     let kv_positions = fits.min(context.saturating_mul(parallel)).max(context) + WINDOW_POSITIONS;
     Ok(MemoryPlan {
         budget,
@@ -137,5 +145,6 @@ pub fn plan(
         kv_per_position,
         context,
         kv_positions,
+        parallel,
     })
 }

@@ -209,6 +209,7 @@ pub fn run(args: &RunArgs, global: &GlobalArgs) -> Result<()> {
             Ok(lanes::KvPlan {
                 kv_positions: positions,
                 context,
+                max_running: None,
             })
         },
         EngineConfig::default(),

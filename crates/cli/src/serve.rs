@@ -18,8 +18,6 @@ use crate::GlobalArgs;
 
 /// Context when `--context` is not given: the model's trained context, at most this.
 const DEFAULT_CONTEXT: usize = 32768;
-/// Concurrent requests with `--parallel auto`.
-const AUTO_PARALLEL: usize = 4;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -77,7 +75,8 @@ pub struct ServeArgs {
     /// Serve every request serially (one token per forward pass): the exactness reference.
     #[arg(long)]
     pub no_drafts: bool,
-    /// Requests decoded at once: a number, or `auto`.
+    /// Requests decoded at once: a number, or `auto` (as many whole contexts as the KV budget
+    /// holds, 4 to 16).
     #[arg(long, value_name = "N|auto", default_value = "auto")]
     pub parallel: String,
     /// Require this API key (`Authorization: Bearer KEY` or `x-api-key: KEY`).
@@ -111,12 +110,13 @@ pub struct ServeArgs {
     pub max_queue: usize,
 }
 
-fn parallel(arg: &str) -> Result<usize> {
+/// `--parallel`: a number, or `None` for `auto`.
+fn parallel(arg: &str) -> Result<Option<usize>> {
     if arg == "auto" {
-        return Ok(AUTO_PARALLEL);
+        return Ok(None);
     }
     match arg.parse::<usize>() {
-        Ok(n) if (1..=256).contains(&n) => Ok(n),
+        Ok(n) if (1..=256).contains(&n) => Ok(Some(n)),
         _ => bail!("--parallel must be a number from 1 to 256 or `auto`, got '{arg}'"),
     }
 }
@@ -209,7 +209,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     let mut memory_plan = None;
     let engine_config = EngineConfig {
         drafts: !args.no_drafts,
-        max_running: parallel,
+        max_running: parallel.unwrap_or(memory::AUTO_PARALLEL_MIN),
         max_waiting: args.max_queue,
         ..EngineConfig::default()
     };
@@ -231,6 +231,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
             Ok(KvPlan {
                 kv_positions: p.kv_positions,
                 context: p.context,
+                max_running: Some(p.parallel),
             })
         },
         engine_config,
@@ -292,7 +293,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     }
     eprintln!(
         "context    {} tokens per request; {} requests at once",
-        lanes.plan.context, parallel
+        lanes.plan.context, mem.parallel
     );
     eprintln!(
         "memory     budget {:.2} GiB: weights {:.2} GiB, KV cache {:.2} GiB ({} positions of \

@@ -148,6 +148,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
             Ok(lanes::KvPlan {
                 kv_positions: max_n * per_stream,
                 context: per_stream,
+                max_running: None,
             })
         },
         config,
