@@ -171,45 +171,69 @@ fn attention_avx512(
     kv: KvLayer,
     out: &mut [f32],
 ) {
-    let qd = row_width(shape, q, rows, out);
-    let (hd, kvn) = (shape.head_dim, shape.n_kv_heads);
-    let group = shape.n_heads / kvn;
+    row_width(shape, q, rows, out);
+    let kvn = shape.n_kv_heads;
     let groups = row_groups(rows, avx512::ROW_GROUP);
     if groups.len() * kvn < pool.threads() && groups.iter().any(|g| splits(&rows[g.start], g)) {
         return attention_spans(pool, shape, q, rows, kv, out, &groups);
     }
     let dst = SharedOut(out.as_mut_ptr());
     pool.for_ranges(groups.len() * kvn, 1, &|range| {
-        let mut qg = vec![0f32; avx512::ROW_GROUP * group * hd];
-        let mut o = vec![0f32; avx512::ROW_GROUP * group * hd];
-        let mut wide = vec![0f32; KEY_CHUNK * hd];
-        for job in range {
-            let (rr, kvh) = (groups[job / kvn].clone(), job % kvn);
-            let (h0, w) = (kvh * group * hd, group * hd);
-            let n = rr.len() * w;
-            for (i, r) in rr.clone().enumerate() {
-                qg[i * w..(i + 1) * w].copy_from_slice(&q[r * qd + h0..r * qd + h0 + w]);
-            }
-            // SAFETY: the level includes AVX-512 F; `supports(head_dim)` was checked.
-            unsafe {
-                avx512::rows(
-                    shape,
-                    &qg[..n],
-                    kvh,
-                    &rows[rr.clone()],
-                    &kv,
-                    &mut o[..n],
-                    &mut wide,
-                )
-            };
-            for (i, r) in rr.enumerate() {
-                for (d, v) in o[i * w..(i + 1) * w].iter().enumerate() {
-                    // SAFETY: each (row, KV head) pair belongs to one job, which writes its slice.
-                    unsafe { dst.write(r * qd + h0 + d, *v) };
-                }
-            }
+        let mut job = GroupJob::new(shape);
+        for j in range {
+            job.run(shape, q, rows, &kv, groups[j / kvn].clone(), j % kvn, dst);
         }
     });
+}
+
+/// One thread's buffers for (row group, KV head) jobs of [`avx512::rows`].
+#[cfg(target_arch = "x86_64")]
+struct GroupJob {
+    qg: Vec<f32>,
+    o: Vec<f32>,
+    wide: Vec<f32>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl GroupJob {
+    fn new(shape: &AttnShape) -> GroupJob {
+        let w = shape.n_heads / shape.n_kv_heads * shape.head_dim;
+        GroupJob {
+            qg: vec![0f32; avx512::ROW_GROUP * w],
+            o: vec![0f32; avx512::ROW_GROUP * w],
+            wide: vec![0f32; KEY_CHUNK * shape.head_dim],
+        }
+    }
+
+    /// The query heads of KV head `kvh` for the rows `rr` (one group): gathered, computed and
+    /// written to their places in `dst` (the call's output).
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        shape: &AttnShape,
+        q: &[f32],
+        rows: &[RowKeys],
+        kv: &KvLayer,
+        rr: std::ops::Range<usize>,
+        kvh: usize,
+        dst: SharedOut,
+    ) {
+        let qd = shape.n_heads * shape.head_dim;
+        let w = shape.n_heads / shape.n_kv_heads * shape.head_dim;
+        let (h0, n) = (kvh * w, rr.len() * w);
+        for (i, r) in rr.clone().enumerate() {
+            self.qg[i * w..(i + 1) * w].copy_from_slice(&q[r * qd + h0..r * qd + h0 + w]);
+        }
+        let (qg, o) = (&self.qg[..n], &mut self.o[..n]);
+        // SAFETY: the level includes AVX-512 F; `supports(head_dim)` was checked.
+        unsafe { avx512::rows(shape, qg, kvh, &rows[rr.clone()], kv, o, &mut self.wide) };
+        for (i, r) in rr.enumerate() {
+            for (d, v) in o[i * w..(i + 1) * w].iter().enumerate() {
+                // SAFETY: each (row, KV head) pair belongs to one job, which writes its slice.
+                unsafe { dst.write(r * qd + h0 + d, *v) };
+            }
+        }
+    }
 }
 
 /// Keys a row alone needs before its (row, KV head) jobs are split over threads.
@@ -276,44 +300,20 @@ fn attention_spans(
         (r, kvh, &q[r * qd + kvh * w..r * qd + (kvh + 1) * w])
     };
     pool.for_ranges(items.len(), 1, &|range| {
-        let mut o = vec![0f32; avx512::ROW_GROUP * w];
-        let mut qg = vec![0f32; avx512::ROW_GROUP * w];
-        let mut wide = vec![0f32; KEY_CHUNK * hd];
-        for (job, span, at) in items[range].iter().cloned() {
-            let (rr, kvh) = (groups[job / kvn].clone(), job % kvn);
-            if let Some(at) = at {
-                let (r, _, qh) = job_q(job);
-                let len = span.len().div_ceil(KEY_CHUNK) * group * per;
-                // SAFETY: each item's records are its own span of `rec`, which outlives the
-                // call; the level includes AVX-512 F and `supports(head_dim)` was checked.
-                unsafe {
-                    let d = recs.slice(at, len);
-                    avx512::row_span(shape, qh, kvh, &rows[r], &kv, span, d, &mut wide);
-                }
+        let mut job = GroupJob::new(shape);
+        for (j, span, at) in items[range].iter().cloned() {
+            let (rr, kvh) = (groups[j / kvn].clone(), j % kvn);
+            let Some(at) = at else {
+                job.run(shape, q, rows, &kv, rr, kvh, dst);
                 continue;
-            }
-            let n = rr.len() * w;
-            for (i, r) in rr.clone().enumerate() {
-                qg[i * w..(i + 1) * w]
-                    .copy_from_slice(&q[r * qd + kvh * w..r * qd + (kvh + 1) * w]);
-            }
-            // SAFETY: as in `attention_avx512`.
-            unsafe {
-                avx512::rows(
-                    shape,
-                    &qg[..n],
-                    kvh,
-                    &rows[rr.clone()],
-                    &kv,
-                    &mut o[..n],
-                    &mut wide,
-                )
             };
-            for (i, r) in rr.enumerate() {
-                for (d, v) in o[i * w..(i + 1) * w].iter().enumerate() {
-                    // SAFETY: each (row, KV head) pair belongs to one item, which writes its slice.
-                    unsafe { dst.write(r * qd + kvh * w + d, *v) };
-                }
+            let (r, _, qh) = job_q(j);
+            let len = span.len().div_ceil(KEY_CHUNK) * group * per;
+            // SAFETY: each item's records are its own span of `rec`, which outlives the call;
+            // the level includes AVX-512 F and `supports(head_dim)` was checked.
+            unsafe {
+                let d = recs.slice(at, len);
+                avx512::row_span(shape, qh, kvh, &rows[r], &kv, span, d, &mut job.wide);
             }
         }
     });
