@@ -20,6 +20,12 @@ fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
+/// A KV cache of `blocks` blocks in `format` for model `m`.
+fn cache(m: &Model, blocks: usize, format: KvFormat) -> KvCache {
+    let c = &m.config;
+    KvCache::new(c.n_layers, c.n_kv_heads, c.head_dim, blocks, format)
+}
+
 /// Logits of every position of `toks`, prefilled in the given chunk sizes (cycled).
 fn run_chunked(m: &Model, pool: &ThreadPool, toks: &[u32], chunks: &[usize]) -> Vec<f32> {
     run_chunked_in(KvFormat::default(), m, pool, toks, chunks)
@@ -34,13 +40,7 @@ fn run_chunked_in(
     chunks: &[usize],
 ) -> Vec<f32> {
     let blocks = toks.len().div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(
-        m.config.n_layers,
-        m.config.n_kv_heads,
-        m.config.head_dim,
-        blocks,
-        format,
-    );
+    let mut kv = cache(m, blocks, format);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut out = Vec::new();
     let (mut at, mut ci) = (0, 0);
@@ -205,13 +205,7 @@ fn rows_of_other_sequences_keep_their_bits(spec: &SynthSpec) {
         .collect();
     // All sequences advance together, one row each per call, in one shared KV cache.
     let per_seq_blocks = 64usize.div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(
-        m.config.n_layers,
-        m.config.n_kv_heads,
-        m.config.head_dim,
-        per_seq_blocks * seqs.len(),
-        KvFormat::default(),
-    );
+    let mut kv = cache(&m, per_seq_blocks * seqs.len(), KvFormat::default());
     let tables: Vec<Vec<u32>> = (0..seqs.len())
         .map(|s| {
             (0..per_seq_blocks as u32)
@@ -435,13 +429,7 @@ fn bad_rows_are_errors_not_panics() {
     let spec = SynthSpec::tiny("qwen2", DType::F32);
     let m = model(&spec);
     let pool = ThreadPool::new(1);
-    let mut kv = KvCache::new(
-        m.config.n_layers,
-        m.config.n_kv_heads,
-        m.config.head_dim,
-        1,
-        KvFormat::default(),
-    );
+    let mut kv = cache(&m, 1, KvFormat::default());
     let table = vec![0u32];
     let bad_token = Row {
         token: 10_000,
@@ -478,13 +466,7 @@ fn tree_rows_in_other_slots_give_the_serial_bits() {
     let n = toks.len();
     let serial = run_chunked(&m, &pool, &toks, &[n]);
     let blocks = (n + 16).div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(
-        m.config.n_layers,
-        m.config.n_kv_heads,
-        m.config.head_dim,
-        blocks,
-        KvFormat::default(),
-    );
+    let mut kv = cache(&m, blocks, KvFormat::default());
     let table: Vec<u32> = (0..blocks as u32).collect();
     let base = n - 3;
     let rows: Vec<Row> = (0..base)
@@ -559,21 +541,9 @@ fn pruned_head_keeps_its_columns_bits() {
             tree: None,
         })
         .collect();
-    let mut kv = KvCache::new(
-        m.config.n_layers,
-        m.config.n_kv_heads,
-        m.config.head_dim,
-        blocks,
-        KvFormat::default(),
-    );
+    let mut kv = cache(&m, blocks, KvFormat::default());
     let full = m.forward(&pool, &rows, &mut kv).unwrap();
-    let mut kv = KvCache::new(
-        m.config.n_layers,
-        m.config.n_kv_heads,
-        m.config.head_dim,
-        blocks,
-        KvFormat::default(),
-    );
+    let mut kv = cache(&m, blocks, KvFormat::default());
     let pruned = m.forward_head(&pool, &rows, &mut kv, Some(&head)).unwrap();
     assert_eq!(full.len(), pruned.len());
     for (i, (a, b)) in full.iter().zip(&pruned).enumerate() {

@@ -263,8 +263,8 @@ fn attention_spans(
     out: &mut [f32],
     groups: &[std::ops::Range<usize>],
 ) {
-    let qd = row_width(shape, q, rows, out);
-    let (hd, kvn) = (shape.head_dim, shape.n_kv_heads);
+    row_width(shape, q, rows, out);
+    let kvn = shape.n_kv_heads;
     let (group, per) = (shape.n_heads / kvn, avx512::record_len(shape.head_dim));
     let jobs = groups.len() * kvn;
     let parts = pool.threads().div_ceil(jobs);
@@ -291,7 +291,52 @@ fn attention_spans(
         }
         rec_len += chunks * group * per;
     }
-    let mut rec = vec![0f32; rec_len];
+    // The records live in a buffer the calling thread keeps from call to call (a 32k-key row
+    // has about 3 MB of them per layer); every record is written before it is read.
+    RECORDS.with_borrow_mut(|rec| {
+        if rec.len() < rec_len {
+            rec.resize(rec_len, 0.0);
+        }
+        spans_with(
+            pool,
+            shape,
+            q,
+            rows,
+            kv,
+            out,
+            groups,
+            &items,
+            &split,
+            &mut rec[..rec_len],
+        );
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// [`attention_spans`]'s records, kept by each calling thread.
+    static RECORDS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`attention_spans`]' two passes over its work `items` and `split` jobs, with `rec` for the
+/// records.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn spans_with(
+    pool: &ThreadPool,
+    shape: &AttnShape,
+    q: &[f32],
+    rows: &[RowKeys],
+    kv: KvLayer,
+    out: &mut [f32],
+    groups: &[std::ops::Range<usize>],
+    items: &[(usize, std::ops::Range<usize>, Option<usize>)],
+    split: &[(usize, usize, usize, usize)],
+    rec: &mut [f32],
+) {
+    let qd = shape.n_heads * shape.head_dim;
+    let (hd, kvn) = (shape.head_dim, shape.n_kv_heads);
+    let (group, per) = (shape.n_heads / kvn, avx512::record_len(shape.head_dim));
     let recs = SharedOut(rec.as_mut_ptr());
     let dst = SharedOut(out.as_mut_ptr());
     let w = group * hd;
