@@ -10,6 +10,10 @@
 // Row metadata (`meta`, 4 ints per row): offset of the row's block table in `tables`, number of
 // keys (positions 0..n), remap base (-1: none), offset of the remap slots in `remaps`.
 // Position p lives in slot p, or remaps[off + p - base] when p >= base (tree drafts).
+// A sliding-window layer (`window` > 0) shows a row only its last `window` positions: the
+// chunks from the one holding its first key, the keys before that key scored -inf (so their
+// exponentials are exactly 0), as `tf_kernels::attention` defines it. With `softcap` > 0 each
+// score is soft-capped after the scale (`cap * tanh(s / cap)`).
 
 #define KEY_CHUNK 32
 #define MAX_GROUP 16
@@ -20,6 +24,17 @@ __device__ __forceinline__ int attn_slot(const int* m, const int* tables, const 
                                          int p) {
     int slot = (m[2] >= 0 && p >= m[2]) ? remaps[m[3] + p - m[2]] : p;
     return tables[m[0] + slot / KV_BLOCK] * KV_BLOCK + slot % KV_BLOCK;
+}
+
+// Row m's first key (`RowKeys::first`): the last `window` positions where window > 0.
+__device__ __forceinline__ int attn_first(const int* m, int window) {
+    return window > 0 ? max(0, m[1] - window) : 0;
+}
+
+// A score: the dot times scale, soft-capped where softcap > 0.
+__device__ __forceinline__ float attn_score(float dot, float scale, float softcap) {
+    const float s = __fmul_rn(dot, scale);
+    return softcap > 0.0f ? soft_cap_value(s, softcap) : s;
 }
 
 // Shared memory of one (row, KV head) job: the group's queries and one chunk of keys and
@@ -41,13 +56,13 @@ __device__ __forceinline__ void attn_load_q(AttnSmem& sm, const float* q, int r,
     for (int i = threadIdx.x; i < g_n * hd; i += blockDim.x) sm.qs[i] = qr[i];
 }
 
-// One canonical chunk [c0, c0 + np) for the group's heads: leaves the chunk max and sum in
+// One canonical chunk [c0, c0 + np) for the group's heads, its keys before c0 + lo masked: leaves the chunk max and sum in
 // sm.cm / sm.cl and, for thread t < hd, the value sums of dimension t in oc[g]. Keys and values
 // of head dimensions up to 128 are staged in shared memory; larger heads read them in place.
 __device__ __forceinline__ void attn_chunk(AttnSmem& sm, const kv_t* kc, const kv_t* vc,
                                            const int* m, const int* tables, const int* remaps,
-                                           int c0, int np, int kvh, int g_n, int hd,
-                                           int kv_dim, float scale, float* oc) {
+                                           int c0, int np, int lo, int kvh, int g_n, int hd,
+                                           int kv_dim, float scale, float softcap, float* oc) {
     const int t = threadIdx.x;
     const int hw = t / 16, lane = t % 16, n_hw = blockDim.x / 16;
     const bool staged = hd <= 128;
@@ -81,7 +96,7 @@ __device__ __forceinline__ void attn_chunk(AttnSmem& sm, const kv_t* kc, const k
             float other = __shfl_down_sync(FULL_MASK, acc, s, 16);
             if (lane < s) acc = __fadd_rn(acc, other);
         }
-        if (valid && lane == 0) sm.sc[g][p] = __fmul_rn(acc, scale);
+        if (valid && lane == 0) sm.sc[g][p] = p < lo ? NEG_INF : attn_score(acc, scale, softcap);
     }
     __syncthreads();
     if (t < g_n) {
@@ -139,7 +154,7 @@ __device__ __forceinline__ void attn_merge(bool first, float cm, float cl, float
 extern "C" __global__ void attention(const float* q, const kv_t* kc, const kv_t* vc,
                                      const int* meta, const int* tables, const int* remaps,
                                      int n_heads, int n_kv_heads, int hd, float scale,
-                                     float* out) {
+                                     int window, float softcap, float* out) {
     pdl_enter();
     __shared__ AttnSmem sm;
     const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
@@ -156,14 +171,16 @@ extern "C" __global__ void attention(const float* q, const kv_t* kc, const kv_t*
         bl[g] = 0.0f;
         oc[g] = 0.0f;
     }
-    for (int c0 = 0; c0 < n_keys; c0 += KEY_CHUNK) {
-        const int np = min(KEY_CHUNK, n_keys - c0);
-        attn_chunk(sm, kc, vc, m, tables, remaps, c0, np, kvh, g_n, hd, kv_dim, scale, oc);
+    const int first = attn_first(m, window), cb = first / KEY_CHUNK * KEY_CHUNK;
+    for (int c0 = cb; c0 < n_keys; c0 += KEY_CHUNK) {
+        const int np = min(KEY_CHUNK, n_keys - c0), lo = max(0, first - c0);
+        attn_chunk(sm, kc, vc, m, tables, remaps, c0, np, lo, kvh, g_n, hd, kv_dim, scale,
+                   softcap, oc);
         if (t < hd) {
 #pragma unroll
             for (int g = 0; g < MAX_GROUP; g++) {
                 if (g >= g_n) break;
-                attn_merge(c0 == 0, sm.cm[g], sm.cl[g], oc[g], bm[g], bl[g], o[g]);
+                attn_merge(c0 == cb, sm.cm[g], sm.cl[g], oc[g], bm[g], bl[g], o[g]);
             }
         }
     }
@@ -185,8 +202,8 @@ extern "C" __global__ void attention(const float* q, const kv_t* kc, const kv_t*
 extern "C" __global__ void attention_split(const float* q, const kv_t* kc, const kv_t* vc,
                                            const int* meta, const int* tables,
                                            const int* remaps, int n_heads, int n_kv_heads,
-                                           int hd, float scale, int max_chunks, float* part_ml,
-                                           float* part_o) {
+                                           int hd, float scale, int window, float softcap,
+                                           int max_chunks, float* part_ml, float* part_o) {
     pdl_enter();
     __shared__ AttnSmem sm;
     const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
@@ -194,12 +211,14 @@ extern "C" __global__ void attention_split(const float* q, const kv_t* kc, const
     const int qd = n_heads * hd, kv_dim = n_kv_heads * hd;
     const int* m = meta + 4 * r;
     const int n_chunks = (m[1] + KEY_CHUNK - 1) / KEY_CHUNK;
-    if ((int)blockIdx.z >= n_chunks) return;
+    const int first = attn_first(m, window), cb = first / KEY_CHUNK;
+    if (cb + (int)blockIdx.z >= n_chunks) return;
     attn_load_q(sm, q, r, kvh, g_n, hd, qd);
     float oc[MAX_GROUP];
-    for (int c = blockIdx.z; c < n_chunks; c += gridDim.z) {
-        const int c0 = c * KEY_CHUNK, np = min(KEY_CHUNK, m[1] - c0);
-        attn_chunk(sm, kc, vc, m, tables, remaps, c0, np, kvh, g_n, hd, kv_dim, scale, oc);
+    for (int c = cb + blockIdx.z; c < n_chunks; c += gridDim.z) {
+        const int c0 = c * KEY_CHUNK, np = min(KEY_CHUNK, m[1] - c0), lo = max(0, first - c0);
+        attn_chunk(sm, kc, vc, m, tables, remaps, c0, np, lo, kvh, g_n, hd, kv_dim, scale,
+                   softcap, oc);
 #pragma unroll
         for (int g = 0; g < MAX_GROUP; g++) {
             if (g >= g_n) break;
@@ -213,17 +232,17 @@ extern "C" __global__ void attention_split(const float* q, const kv_t* kc, const
     }
 }
 
-// Dimension t of row r's head h (`n_chunks` chunks): its chunks' partials folded from chunk 0
-// with the merge above, then o / L. Each chunk's loads wait for the previous chunk's fold: for
+// Dimension t of row r's head h (chunks cb .. n_chunks): its chunks' partials folded from
+// chunk cb with the merge above, then o / L. Each chunk's loads wait for the previous chunk's fold: for
 // the few chunks of a short context.
-__device__ __forceinline__ float attn_merged(int n_chunks, int r, int n_heads, int h, int hd,
+__device__ __forceinline__ float attn_merged(int cb, int n_chunks, int r, int n_heads, int h, int hd,
                                              int t, int max_chunks, const float* part_ml,
                                              const float* part_o) {
     const size_t base = ((size_t)r * n_heads + h) * max_chunks;
     float bm = NEG_INF, bl = 0.0f, o = 0.0f;
 #pragma unroll 8
-    for (int c = 0; c < n_chunks; c++) {
-        attn_merge(c == 0, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
+    for (int c = cb; c < n_chunks; c++) {
+        attn_merge(c == cb, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
                    part_o[(base + c) * hd + t], bm, bl, o);
     }
     return bl > 0.0f ? __fdiv_rn(o, bl) : o;
@@ -232,6 +251,11 @@ __device__ __forceinline__ float attn_merged(int n_chunks, int r, int n_heads, i
 // Row r's chunks, from the metadata (written by the host: read before `pdl_enter`).
 __device__ __forceinline__ int attn_chunks(const int* meta, int r) {
     return (meta[4 * r + 1] + KEY_CHUNK - 1) / KEY_CHUNK;
+}
+
+// Row r's first chunk (its window's first key's).
+__device__ __forceinline__ int attn_chunk_begin(const int* meta, int r, int window) {
+    return attn_first(meta + 4 * r, window) / KEY_CHUNK;
 }
 
 // Rows of at most this many chunks merge with `attn_merged`; longer ones in pieces.
@@ -244,21 +268,22 @@ __device__ __forceinline__ int attn_chunks(const int* meta, int r) {
 // scan (the maximum does not depend on the order; a zero's sign, which could, only ever enters
 // exp(0) = 1) and the factors a_c = exp(M_{c-1} - M_c), b_c = exp(m_c - M_c) in parallel; lane 0
 // runs the sums' chain L = L*a + l*b; then every thread folds its value o = o*a + oc*b with all
-// of the piece's loads in flight. Chunk 0 is taken as it is. Returns o / L (o where L is 0).
+// of the piece's loads in flight. The row's chunks are cb .. n_chunks; chunk cb is taken as it
+// is. Returns o / L (o where L is 0).
 // Rows of at most MERGE_SERIAL chunks take `attn_merged`, which is quicker there.
 // Needs a warp per head spanned (at most MERGE_HEADS) and every thread of the block.
 #define MERGE_PIECE 32
 #define MERGE_HEADS 8
-__device__ __forceinline__ float attn_merge_values(int n_chunks, int r, int n_heads, int hd,
+__device__ __forceinline__ float attn_merge_values(int cb, int n_chunks, int r, int n_heads, int hd,
                                                    int max_chunks, const float* part_ml,
                                                    const float* part_o, int v0, int nv) {
     __shared__ float fa[MERGE_HEADS][MERGE_PIECE], fb[MERGE_HEADS][MERGE_PIECE];
     __shared__ float fl[MERGE_HEADS];
     const int t = threadIdx.x, lane = t % 32, w = t / 32;
-    if (n_chunks <= MERGE_SERIAL) {  // the same for the whole block
+    if (n_chunks - cb <= MERGE_SERIAL) {  // the same for the whole block
         if (t >= nv) return 0.0f;
         const int i = v0 + t;
-        return attn_merged(n_chunks, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
+        return attn_merged(cb, n_chunks, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
     }
     const int h0 = v0 / hd, nh = (v0 + nv - 1) / hd - h0 + 1;
     // The factor warp's head and the chain state its lanes carry across pieces.
@@ -271,7 +296,7 @@ __device__ __forceinline__ float attn_merge_values(int n_chunks, int r, int n_he
     const size_t base = ((size_t)r * n_heads + (mine ? h : 0)) * max_chunks;
     const int hw = (mine ? h : h0) - h0;
     float o = 0.0f;
-    for (int p0 = 0; p0 < n_chunks; p0 += MERGE_PIECE) {
+    for (int p0 = cb; p0 < n_chunks; p0 += MERGE_PIECE) {
         const int np = min(MERGE_PIECE, n_chunks - p0);
         __syncthreads();  // the previous piece's factors are used
         if (w < nh) {
@@ -282,7 +307,7 @@ __device__ __forceinline__ float attn_merge_values(int n_chunks, int r, int n_he
                 cl = part_ml[2 * (fbase + c) + 1];
             }
             // Running maxima: the previous pieces' carried in, then an inclusive scan.
-            float pm = lane == 0 && p0 > 0 ? fmaxf(run_m, cm) : cm;
+            float pm = lane == 0 && p0 > cb ? fmaxf(run_m, cm) : cm;
             for (int x = 1; x < 32; x <<= 1) {
                 const float y = __shfl_up_sync(FULL_MASK, pm, x);
                 if (lane >= x) pm = fmaxf(y, pm);
@@ -299,7 +324,7 @@ __device__ __forceinline__ float attn_merge_values(int n_chunks, int r, int n_he
                 const float aj = __shfl_sync(FULL_MASK, a, j);
                 const float bj = __shfl_sync(FULL_MASK, b, j);
                 const float lj = __shfl_sync(FULL_MASK, cl, j);
-                run_l = p0 + j == 0 ? lj : __fadd_rn(__fmul_rn(run_l, aj), __fmul_rn(lj, bj));
+                run_l = p0 + j == cb ? lj : __fadd_rn(__fmul_rn(run_l, aj), __fmul_rn(lj, bj));
             }
         }
         __syncthreads();
@@ -311,7 +336,7 @@ __device__ __forceinline__ float attn_merge_values(int n_chunks, int r, int n_he
 #pragma unroll
             for (int j = 0; j < MERGE_PIECE; j++) {
                 if (j < np) {
-                    o = p0 + j == 0 ? oc[j]
+                    o = p0 + j == cb ? oc[j]
                                     : __fadd_rn(__fmul_rn(o, fa[hw][j]), __fmul_rn(oc[j], fb[hw][j]));
                 }
             }
@@ -323,14 +348,14 @@ __device__ __forceinline__ float attn_merge_values(int n_chunks, int r, int n_he
     return l > 0.0f ? __fdiv_rn(o, l) : o;
 }
 
-// One block of `hd` threads per (row, head).
-extern "C" __global__ void attention_merge(const int* meta, int n_heads, int hd, int max_chunks,
-                                           const float* part_ml, const float* part_o,
-                                           float* out) {
+// One block of max(hd, 32) threads per (row, head).
+extern "C" __global__ void attention_merge(const int* meta, int window, int n_heads, int hd,
+                                           int max_chunks, const float* part_ml,
+                                           const float* part_o, float* out) {
     const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
-    const int n_chunks = attn_chunks(meta, r);
+    const int n_chunks = attn_chunks(meta, r), cb = attn_chunk_begin(meta, r, window);
     pdl_enter();
-    const float v =
-        attn_merge_values(n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o, h * hd, hd);
-    out[((size_t)r * n_heads + h) * hd + t] = v;
+    const float v = attn_merge_values(cb, n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o,
+                                      h * hd, hd);
+    if (t < hd) out[((size_t)r * n_heads + h) * hd + t] = v;
 }

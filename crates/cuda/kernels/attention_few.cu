@@ -9,7 +9,8 @@
 //     order (one lane per head), value sums oc[d] = fma(e, v[d], oc[d]) in ascending key order
 //     (thread t: dimension t % HD of heads t / HD, t / HD + 128 / HD, ...).
 // Unlike the tiled kernel, no work is spent on heads a row does not have, and there is one
-// barrier per phase.
+// barrier per phase. Sliding windows and soft-capping as in `attention.cu` (`window`,
+// `softcap`): a row's chunks start at its first key's, and keys before it score -inf.
 
 #define FEW_THREADS 128
 #define FEW_HEADS 16
@@ -68,8 +69,8 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const kv_t
                                          const kv_t* __restrict__ vc, const int* meta,
                                          const int* tables, const int* remaps,
                                          const int* fresh, int n_heads, int n_kv_heads,
-                                         float scale, int max_chunks, float* part_ml,
-                                         float* part_o) {
+                                         float scale, int window, float softcap,
+                                         int max_chunks, float* part_ml, float* part_o) {
     __shared__ __align__(16) FewSmem<HD> sm;
     constexpr int W = HD / 16;             // elements per dot lane
     constexpr int HS = FEW_THREADS / HD;   // head sets of the value phase
@@ -84,14 +85,15 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const kv_t
     const int* m = meta + 4 * r;
     const int nk = m[1];
     const int n_chunks = (nk + KEY_CHUNK - 1) / KEY_CHUNK;
-    if ((int)blockIdx.z >= n_chunks) {
+    const int first = attn_first(m, window), c_start = first / KEY_CHUNK + blockIdx.z;
+    if (c_start >= n_chunks) {
         pdl_enter();
         return;
     }
     float4 kx[KV];
     float vr[KEY_CHUNK];
     {
-        const int c0 = blockIdx.z * KEY_CHUNK;
+        const int c0 = c_start * KEY_CHUNK;
         few_slots(sm, m, tables, remaps, fresh, c0, min(KEY_CHUNK, nk - c0));
         __syncthreads();
         few_load(sm, kc, vc, kv_dim, kvh, min(KEY_CHUNK, nk - c0), 1, kx, vr);
@@ -120,9 +122,9 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const kv_t
         }
     }
     const int vd = t % HD, vh0 = t / HD;  // value phase: dimension vd of heads vh0 + HS j
-    for (int c = blockIdx.z; c < n_chunks; c += gridDim.z) {
+    for (int c = c_start; c < n_chunks; c += gridDim.z) {
         const int c0 = c * KEY_CHUNK, np = min(KEY_CHUNK, nk - c0);
-        if (c == (int)blockIdx.z) {
+        if (c == c_start) {
             // The first chunk's slots are staged; the keys this call wrote are loaded now.
             few_load(sm, kc, vc, kv_dim, kvh, np, 2, kx, vr);
         } else {
@@ -168,7 +170,7 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const kv_t
                 acc[0] = __fadd_rn(acc[0], acc[2]);
                 acc[1] = __fadd_rn(acc[1], acc[3]);
                 acc[0] = __fadd_rn(acc[0], acc[1]);
-                s = __fmul_rn(acc[0], scale);
+                s = c0 + lane < first ? NEG_INF : attn_score(acc[0], scale, softcap);
             }
             float mx = s;
             for (int x = 16; x > 0; x >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, x));
@@ -199,9 +201,10 @@ __device__ __forceinline__ void attn_few(const float* __restrict__ q, const kv_t
     extern "C" __global__ void __launch_bounds__(FEW_THREADS)                                  \
         name(const float* q, const kv_t* kc, const kv_t* vc, const int* meta,                \
              const int* tables, const int* remaps, const int* fresh, int n_heads,              \
-             int n_kv_heads, float scale, int max_chunks, float* part_ml, float* part_o) {     \
+             int n_kv_heads, float scale, int window, float softcap, int max_chunks,           \
+             float* part_ml, float* part_o) {                                                  \
         attn_few<hd>(q, kc, vc, meta, tables, remaps, fresh, n_heads, n_kv_heads, scale,       \
-                     max_chunks, part_ml, part_o);                                             \
+                     window, softcap, max_chunks, part_ml, part_o);                            \
     }
 
 ATTN_FEW_KERNEL(attention_few_128, 128)
@@ -212,15 +215,15 @@ ATTN_FEW_KERNEL(attention_few_64, 64)
 // `attention_merge` does), stages them, and quantizes their
 // blocks of `bl` values with `actq_block`, one warp per block.
 extern "C" __global__ void __launch_bounds__(256)
-    attention_merge_q(const int* meta, int n_heads, int hd, int max_chunks,
+    attention_merge_q(const int* meta, int window, int n_heads, int hd, int max_chunks,
                       const float* part_ml, const float* part_o, float* out, int bl, int sl,
                       i8* qs, float* d, i16* sums, i8* qf) {
     __shared__ float sv[256];
     const int r = blockIdx.x, v0 = blockIdx.y * 256, t = threadIdx.x, i = v0 + t;
     const int qd = n_heads * hd;
-    const int n_chunks = attn_chunks(meta, r);
+    const int n_chunks = attn_chunks(meta, r), cb = attn_chunk_begin(meta, r, window);
     pdl_enter();
-    const float val = attn_merge_values(n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o, v0,
+    const float val = attn_merge_values(cb, n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o, v0,
                                         min(256, qd - v0));
     if (i < qd) {
         out[(size_t)r * qd + i] = val;

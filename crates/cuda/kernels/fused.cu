@@ -185,24 +185,22 @@ extern "C" __global__ void __launch_bounds__(QKV_POST_THREADS)
     }
 }
 
-// out[r * f + i] = silu(gu[r * 2f + i]) * gu[r * 2f + f + i] (`swiglu` over a fused gate|up
+// out[r * f + i] = act(gu[r * 2f + i]) * gu[r * 2f + f + i] (`glu` over a fused gate|up
 // output).
-extern "C" __global__ void swiglu_fused(const float* gu, int f, int rows, float* out) {
+extern "C" __global__ void glu_fused(const float* gu, int f, int rows, int act, float* out) {
     pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * f) return;
     int r = i / f, c = i % f;
     float g = gu[(size_t)r * 2 * f + c];
-    float e = canon_exp(-g);
-    float s = __fdiv_rn(g, __fadd_rn(1.0f, e));
-    out[i] = __fmul_rn(s, gu[(size_t)r * 2 * f + f + c]);
+    out[i] = __fmul_rn(glu_act(g, act), gu[(size_t)r * 2 * f + f + c]);
 }
 
-// `swiglu_fused`, then its output quantized as `actq` does: one warp per block of `bl` values
+// `glu_fused`, then its output quantized as `actq` does: one warp per block of `bl` values
 // of a row (f a multiple of bl), which it computes, writes and quantizes.
-extern "C" __global__ void swiglu_fused_q(const float* __restrict__ gu, int f, int rows,
-                                          float* __restrict__ out, int bl, int sl, i8* qs,
-                                          float* d, i16* sums, i8* qf) {
+extern "C" __global__ void glu_fused_q(const float* __restrict__ gu, int f, int rows, int act,
+                                       float* __restrict__ out, int bl, int sl, i8* qs,
+                                       float* d, i16* sums, i8* qf) {
     pdl_enter();
     __shared__ float vs[4][256];
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -224,9 +222,7 @@ extern "C" __global__ void swiglu_fused_q(const float* __restrict__ gu, int f, i
     for (int j = 0; j < 8; j++) {
         const int i = lane + 32 * j;
         if (i < bl) {
-            float e = canon_exp(-gv[j]);
-            float s = __fdiv_rn(gv[j], __fadd_rn(1.0f, e));
-            float v = __fmul_rn(s, uv[j]);
+            float v = __fmul_rn(glu_act(gv[j], act), uv[j]);
             out[(size_t)r * f + c0 + i] = v;
             vs[w][i] = v;
         }

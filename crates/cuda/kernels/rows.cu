@@ -28,6 +28,15 @@ extern "C" __global__ void add_bias(float* x, const float* b, int rows, int n) {
     if (i < rows * n) x[i] = __fadd_rn(x[i], b[i % n]);
 }
 
+// x[i] = cap * tanh(x[i] / cap) where x[i] is finite (final-logit soft-capping; a pruned
+// head's -inf stays -inf).
+extern "C" __global__ void soft_cap(float* x, int len, float cap) {
+    pdl_enter();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < len && (__float_as_uint(x[i]) & 0x7f800000u) != 0x7f800000u)
+        x[i] = soft_cap_value(x[i], cap);
+}
+
 // out[j] = x[idx[j]] (rows of n values)
 extern "C" __global__ void gather_rows(const float* x, const int* idx, int n, float* out) {
     pdl_enter();

@@ -26,7 +26,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("matmul_gemv.cu", include_str!("../kernels/matmul_gemv.cu")),
     ("matmul_f.cu", include_str!("../kernels/matmul_f.cu")),
     ("rmsnorm.cu", include_str!("../kernels/rmsnorm.cu")),
-    ("swiglu.cu", include_str!("../kernels/swiglu.cu")),
+    ("glu.cu", include_str!("../kernels/glu.cu")),
     ("rope.cu", include_str!("../kernels/rope.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     (

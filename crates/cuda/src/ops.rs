@@ -187,6 +187,27 @@ pub fn interleaved_fits(
         && out.len() >= x.rows * n
 }
 
+/// The activation of a gated MLP: `glu.cu`'s `act`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// SwiGLU.
+    Silu = 0,
+    /// GeGLU (GELU, tanh form).
+    GeluTanh = 1,
+}
+
+impl Glu {
+    /// The device activation of `mlp`, if the GPU has it.
+    pub fn of(mlp: tf_models::Mlp) -> Option<Glu> {
+        use tf_models::Mlp;
+        match mlp {
+            Mlp::SwiGlu => Some(Glu::Silu),
+            Mlp::GeGlu => Some(Glu::GeluTanh),
+            _ => None,
+        }
+    }
+}
+
 /// The matmul kernel of a quantized weight type, `None` where there is none yet.
 pub fn matmul_kernel(dtype: DType) -> Option<&'static str> {
     Some(match dtype {
@@ -552,28 +573,44 @@ impl Gpu {
         Ok(())
     }
 
-    /// `out[i] = silu(gate[i]) * up[i]` (`canon::swiglu`).
-    pub fn swiglu(
+    /// `out[i] = act(gate[i]) * up[i]` (`canon::swiglu`, `canon::geglu`).
+    pub fn glu(
         &self,
+        act: Glu,
         gate: &CudaSlice<f32>,
         up: &CudaSlice<f32>,
         len: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         if gate.len() < len || up.len() < len || out.len() < len {
-            return Err(CudaError::Usage("swiglu: buffer sizes".into()));
+            return Err(CudaError::Usage("glu: buffer sizes".into()));
         }
-        let f = self.function("swiglu")?;
+        let f = self.function("glu")?;
         let cfg = LaunchConfig {
             grid_dim: (grid(len, 256), 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let n = len as i32;
+        let (n, a) = (len as i32, act as i32);
         let mut l = self.launcher(&f);
-        l.arg(gate).arg(up).arg(&n).arg(out);
+        l.arg(gate).arg(up).arg(&n).arg(&a).arg(out);
         // SAFETY: as above.
         unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// `x[i] = cap * tanh(x[i] / cap)` for the first `len` values that are finite (final-logit
+    /// soft-capping, as the CPU's output head does it).
+    pub fn soft_cap(&self, x: &mut CudaSlice<f32>, len: usize, cap: f32) -> Result<()> {
+        if x.len() < len {
+            return Err(CudaError::Usage("soft_cap: buffer size".into()));
+        }
+        let f = self.function("soft_cap")?;
+        let n = len as i32;
+        let mut l = self.launcher(&f);
+        l.arg(x).arg(&n).arg(&cap);
+        // SAFETY: the size was checked.
+        unsafe { l.launch(LaunchConfig::for_num_elems(len.max(1) as u32)) }?;
         Ok(())
     }
 
@@ -624,19 +661,19 @@ impl Gpu {
 /// (cos, sin) pairs for positions `0..max_pos` and the `rot_dim / 2` rotary pairs, computed as
 /// `tf_kernels::ops::RopeTable` does (in f64, rounded once), interleaved per pair.
 pub fn rope_table(rot_dim: usize, base: f32, max_pos: usize) -> Vec<f32> {
-    let t = tf_kernels::ops::RopeTable::new(rot_dim, base, 0);
-    rope_table_thetas(t.thetas(), max_pos)
+    rope_table_of(&tf_kernels::ops::RopeTable::new(rot_dim, base, 0), max_pos)
 }
 
-/// [`rope_table`] for the angles of a plan's RoPE ([`tf_kernels::ops::RopeTable::thetas`], with
-/// its frequency scaling): the same f64 arithmetic as the CPU's table.
-pub fn rope_table_thetas(thetas: &[f64], max_pos: usize) -> Vec<f32> {
+/// [`rope_table`] for a plan's RoPE ([`tf_kernels::ops::RopeTable`] with its frequency scaling
+/// and its cos/sin factor): the same f64 arithmetic as the CPU's table.
+pub fn rope_table_of(table: &tf_kernels::ops::RopeTable, max_pos: usize) -> Vec<f32> {
+    let (thetas, mscale) = (table.thetas(), table.mscale());
     let mut t = Vec::with_capacity(max_pos * thetas.len() * 2);
     for p in 0..max_pos {
         for &theta in thetas {
             let a = p as f64 * theta;
-            t.push(a.cos() as f32);
-            t.push(a.sin() as f32);
+            t.push((a.cos() * mscale) as f32);
+            t.push((a.sin() * mscale) as f32);
         }
     }
     t

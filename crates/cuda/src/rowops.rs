@@ -5,7 +5,7 @@ use crate::launch::Launch;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig};
 
-use crate::ops::{DevAct, QuantArgs};
+use crate::ops::{DevAct, Glu, QuantArgs};
 use crate::{CudaError, Gpu, Result};
 
 /// Query heads per KV head the attention kernel handles at most (`MAX_GROUP`).
@@ -55,6 +55,10 @@ pub struct AttnDims {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub scale: f32,
+    /// Keys visible to a row (its own included), `None` = all (`LayerPlan::window`).
+    pub window: Option<usize>,
+    /// `cap * tanh(s / cap)` on every score (`LayerPlan::attn_softcap`).
+    pub softcap: Option<f32>,
 }
 
 /// One layer's cache and the device buffers describing which keys each row reads (see
@@ -90,7 +94,7 @@ impl AttnDims {
             || !h.is_multiple_of(kvh)
             || h / kvh > MAX_GROUP
             || hd > MAX_HEAD_DIM
-            || !hd.is_multiple_of(32)
+            || !hd.is_multiple_of(16)
             || h / kvh * hd > MAX_GROUP_VALUES
         {
             return Err(CudaError::Usage(format!(
@@ -103,10 +107,12 @@ impl AttnDims {
 
 impl Gpu {
     /// Blocks per KV head of the tiled attention kernel for this shape, or `None` where it
-    /// does not apply (head dimensions other than 64 and 128, or `TENSORFOLD_CUDA_ATT_TILE=0`).
+    /// does not apply (head dimensions other than 64 and 128, sliding windows or soft-capped
+    /// scores, or `TENSORFOLD_CUDA_ATT_TILE=0`).
     pub fn attention_tiles(&self, dims: &AttnDims) -> Option<usize> {
         let g = dims.n_heads / dims.n_kv_heads.max(1);
-        (self.att_tile && matches!(dims.head_dim, 64 | 128) && (1..=TILE_QH).contains(&g))
+        let plain = dims.window.is_none() && dims.softcap.is_none();
+        (self.att_tile && plain && matches!(dims.head_dim, 64 | 128) && (1..=TILE_QH).contains(&g))
             .then(|| dims.rows.div_ceil(TILE_QH / g))
     }
 
@@ -147,8 +153,13 @@ impl Gpu {
             n_kv_heads,
             head_dim,
             scale,
+            window,
+            softcap,
         } = dims;
         let qd = n_heads * head_dim;
+        // 0 = no window, no cap (the kernels' convention).
+        let window = window.map_or(0, |w| w.clamp(1, i32::MAX as usize) as i32);
+        let softcap = softcap.unwrap_or(0.0);
         dims.check()?;
         if q.len() < rows * qd || out.len() < rows * qd || keys.meta.len() < 4 * rows {
             return Err(CudaError::Usage("attention: buffer sizes".into()));
@@ -181,6 +192,8 @@ impl Gpu {
                 .arg(&h)
                 .arg(&kvh)
                 .arg(&scale)
+                .arg(&window)
+                .arg(&softcap)
                 .arg(&mc)
                 .arg(&*sp.part_ml)
                 .arg(&*sp.part_o);
@@ -236,14 +249,20 @@ impl Gpu {
             })?;
             let mut l = self.launcher(&f);
             push_keys(&mut l, q, keys);
-            l.arg(&h).arg(&kvh).arg(&hd).arg(&scale);
+            l.arg(&h)
+                .arg(&kvh)
+                .arg(&hd)
+                .arg(&scale)
+                .arg(&window)
+                .arg(&softcap);
             match &split {
                 Some(sp) => l.arg(&mc).arg(&*sp.part_ml).arg(&*sp.part_o),
                 None => l.arg(&mut *out),
             };
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, n_kv_heads as u32, z),
-                block_dim: (head_dim as u32, 1, 1),
+                // A thread per head dimension, at least a warp (the score shuffles).
+                block_dim: (head_dim.max(32) as u32, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: argument types match the kernel; the metadata was built by the caller
@@ -257,7 +276,12 @@ impl Gpu {
             }
             return Ok(());
         };
-        // With `quant`, the merge also quantizes its output for the o matmul (one launch).
+        // With `quant`, the merge also quantizes its output for the o matmul (one launch),
+        // where a block of 256 values spans at most MERGE_HEADS heads.
+        let (quant, later) = match quant {
+            Some(act) if head_dim < 32 => (None, Some(act)),
+            q => (q, None),
+        };
         let mut qa = quant.map(|act| QuantArgs::new(act, rows, qd)).transpose()?;
         let f = self.function(match qa {
             Some(_) => "attention_merge_q",
@@ -265,19 +289,20 @@ impl Gpu {
         })?;
         let mut l = self.launcher(&f);
         l.arg(keys.meta)
+            .arg(&window)
             .arg(&h)
             .arg(&hd)
             .arg(&mc)
             .arg(&*sp.part_ml)
             .arg(&*sp.part_o)
-            .arg(out);
+            .arg(&mut *out);
         // attention_merge_q: a block per 256 values of a row; attention_merge: per head.
         let (grid, block) = match &mut qa {
             Some(qa) => {
                 qa.push(&mut l);
                 ((rows as u32, qd.div_ceil(256) as u32, 1), 256)
             }
-            None => ((rows as u32, n_heads as u32, 1), head_dim as u32),
+            None => ((rows as u32, n_heads as u32, 1), head_dim.max(32) as u32),
         };
         let cfg = LaunchConfig {
             grid_dim: grid,
@@ -286,6 +311,10 @@ impl Gpu {
         };
         // SAFETY: as above; `QuantArgs` checked the quantized buffers' sizes.
         unsafe { l.launch(cfg) }?;
+        drop(l);
+        if let Some(act) = later {
+            self.quantize_into(out, rows, qd, act)?;
+        }
         Ok(())
     }
 
@@ -609,9 +638,12 @@ impl Gpu {
         Ok(())
     }
 
-    /// SwiGLU over a fused gate|up output (`swiglu`): rows of `2f` in, rows of `f` out.
-    pub fn swiglu_fused(
+    /// The gated activation over a fused gate|up output (`glu`): rows of `2f` in, rows of `f`
+    /// out.
+    #[allow(clippy::too_many_arguments)]
+    pub fn glu_fused(
         &self,
+        act: Glu,
         gu: &CudaSlice<f32>,
         f: usize,
         rows: usize,
@@ -619,22 +651,22 @@ impl Gpu {
         q: Option<&mut DevAct>,
     ) -> Result<()> {
         if gu.len() < rows * 2 * f || out.len() < rows * f {
-            return Err(CudaError::Usage("swiglu_fused: buffer sizes".into()));
+            return Err(CudaError::Usage("glu_fused: buffer sizes".into()));
         }
-        let (fi, ri) = (f as i32, rows as i32);
+        let (fi, ri, ai) = (f as i32, rows as i32, act as i32);
         let Some(q) = q else {
-            let func = self.function("swiglu_fused")?;
+            let func = self.function("glu_fused")?;
             let mut l = self.launcher(&func);
-            l.arg(gu).arg(&fi).arg(&ri).arg(out);
+            l.arg(gu).arg(&fi).arg(&ri).arg(&ai).arg(out);
             // SAFETY: sizes checked above.
             unsafe { l.launch(LaunchConfig::for_num_elems((rows * f).max(1) as u32)) }?;
             return Ok(());
         };
         let blocks = rows * f / q.block.values();
         let mut qa = QuantArgs::new(q, rows, f)?;
-        let func = self.function("swiglu_fused_q")?;
+        let func = self.function("glu_fused_q")?;
         let mut l = self.launcher(&func);
-        l.arg(gu).arg(&fi).arg(&ri).arg(out);
+        l.arg(gu).arg(&fi).arg(&ri).arg(&ai).arg(out);
         qa.push(&mut l);
         // One warp per block of quantized values, four warps per thread block.
         let cfg = LaunchConfig {

@@ -1,7 +1,8 @@
 //! `gpu-check` of paged attention: the GPU kernels (tiled and one block per row, one pass and
 //! split with the merge) against `tf_kernels::attention` on the CPU, bitwise, for calls that
 //! mix sequences, tree rows with remapped positions and partial key chunks, and rows of up to
-//! 64 chunks (the merge in pieces); and their time for a 512-row prefill call over 2048 keys.
+//! 64 chunks (the merge in pieces), plain and with sliding windows and soft-capped scores; and
+//! their time for a 512-row prefill call over 2048 keys.
 
 use crate::rowops::{AttnDims, AttnKeys, AttnSplit};
 use crate::Gpu;
@@ -15,8 +16,26 @@ use tf_kernels::SimdLevel;
 
 use super::ops::{activations, bits_equal, quant_equal, time, Row};
 
-/// (query heads, KV heads, head dimension): Qwen2.5 1.5B, 7B and 0.5B, SmolLM2-135M.
-const SHAPES: [(usize, usize, usize); 4] = [(12, 2, 128), (28, 4, 128), (14, 2, 64), (9, 3, 64)];
+/// (query heads, KV heads, head dimension): Qwen2.5 1.5B, 7B and 0.5B, SmolLM2-135M, Gemma 3
+/// 270M, and the tiny test checkpoints.
+const SHAPES: [(usize, usize, usize); 6] = [
+    (12, 2, 128),
+    (28, 4, 128),
+    (14, 2, 64),
+    (9, 3, 64),
+    (4, 1, 256),
+    (4, 2, 16),
+];
+
+/// (sliding window, score soft-cap): plain, windows that cut inside a chunk and on its edge,
+/// soft-capping alone and with a window.
+const VARIANTS: [(Option<usize>, Option<f32>); 5] = [
+    (None, None),
+    (Some(100), None),
+    (Some(64), None),
+    (None, Some(30.0)),
+    (Some(40), Some(5.0)),
+];
 
 /// One test row: sequence, position, optional remap (base, slots).
 struct TestRow {
@@ -135,7 +154,18 @@ pub fn run(
         let toff = [0, lens[0] / BLOCK_SIZE, (lens[0] + lens[1]) / BLOCK_SIZE];
         let dtables = gpu.upload(&flat)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        for (name, rows) in &cases {
+        for ((name, rows), (window, softcap)) in cases
+            .iter()
+            .flat_map(|c| VARIANTS.iter().map(move |v| (c, *v)))
+        {
+            let variant = match (window, softcap) {
+                (None, None) => String::new(),
+                (w, c) => format!(
+                    "{}{}",
+                    w.map_or(String::new(), |w| format!(" window {w}")),
+                    c.map_or(String::new(), |c| format!(" cap {c}"))
+                ),
+            };
             let m = rows.len();
             let qd = h * hd;
             // Every fifth row is scaled up so that some exponentials reach their cut-off.
@@ -149,7 +179,7 @@ pub fn run(
                 .iter()
                 .map(|r| RowKeys {
                     table: &tables[r.seq],
-                    first: 0,
+                    first: window.map_or(0, |w| (r.pos + 1).saturating_sub(w)),
                     n_keys: r.pos + 1,
                     remap: r.remap.as_ref().map(|(base, s)| KeyRemap {
                         base: *base,
@@ -158,7 +188,7 @@ pub fn run(
                 })
                 .collect();
             let shape = AttnShape {
-                softcap: None,
+                softcap,
                 sinks: None,
                 n_heads: h,
                 n_kv_heads: kvh,
@@ -219,6 +249,8 @@ pub fn run(
                 n_kv_heads: kvh,
                 head_dim: hd,
                 scale,
+                window,
+                softcap,
             };
             let max_keys = rows.iter().map(|r| r.pos + 1).max().unwrap_or(1);
             let max_chunks = max_keys.div_ceil(KEY_CHUNK);
@@ -244,7 +276,10 @@ pub fn run(
                         gpu.attention(dims, &dq, &dkeys, sp, &mut out, None)
                     };
                     launch()?;
-                    let micros = time(gpu, &mut launch)?;
+                    let micros = match variant.is_empty() {
+                        true => time(gpu, &mut launch)?,
+                        false => 0.0,
+                    };
                     let got = gpu.download(&out)?;
                     let (eq, md) = bits_equal(&got, &want);
                     table.push(Row {
@@ -253,7 +288,7 @@ pub fn run(
                             if split { " split" } else { "" },
                             if bf16 { " bf16" } else { "" }
                         ),
-                        ty: format!("{name} {h}/{kvh}x{hd}"),
+                        ty: format!("{name} {h}/{kvh}x{hd}{variant}"),
                         rows: m,
                         equal: eq,
                         total: m * qd,
@@ -278,7 +313,7 @@ pub fn run(
                         let (equal, total, max_diff) = quant_equal(gpu, &act, &want_q, m)?;
                         table.push(Row {
                             op: format!("attention merge_q B{}", block.values()),
-                            ty: format!("{name} {h}/{kvh}x{hd}"),
+                            ty: format!("{name} {h}/{kvh}x{hd}{variant}"),
                             rows: m,
                             equal,
                             total,

@@ -1,15 +1,16 @@
 //! `gpu-check` of the kernels that also quantize their output for the next matmul (RMSNorm,
-//! residual add + RMSNorm, SwiGLU over a fused gate|up row): the float output against the CPU
+//! residual add + RMSNorm, SwiGLU and GeGLU over a fused gate|up row): the float output against the CPU
 //! op, and the quantized form against `QuantAct` of the CPU's output, both bitwise.
 
+use crate::ops::Glu;
 use crate::Gpu;
 use crate::Result;
 use tf_kernels::actq::{ActBlock, QuantAct};
-use tf_kernels::{canon, ops, SimdLevel};
+use tf_kernels::{ops, SimdLevel};
 
 use super::ops::{activations, bits_equal, quant_equal, time, Row};
 
-/// Row width (a multiple of 256) and SwiGLU width (Qwen2.5-1.5B's FFN).
+/// Row width (a multiple of 256) and gated-activation width (Qwen2.5-1.5B's FFN).
 const N: usize = 1536;
 const F: usize = 8960;
 
@@ -17,7 +18,7 @@ const F: usize = 8960;
 enum Op {
     Norm,
     AddNorm,
-    Swiglu,
+    Glu(Glu),
 }
 
 pub fn run(
@@ -56,8 +57,11 @@ pub fn run(
         }
         out
     };
-    let mut swiglu = vec![0f32; max_rows * F];
-    canon::swiglu(level, &gate, &up, &mut swiglu);
+    let glu_of = |mlp: tf_models::Mlp| {
+        let mut out = vec![0f32; max_rows * F];
+        mlp.apply(level, &gate, &up, &mut out);
+        out
+    };
 
     let (dx, dy, dw, dgu) = (
         gpu.upload(&x)?,
@@ -68,7 +72,18 @@ pub fn run(
     for (op, name, want, width) in [
         (Op::Norm, "rms_norm_q", norm_of(&x), N),
         (Op::AddNorm, "add_rms_norm_q", norm_of(&sum), N),
-        (Op::Swiglu, "swiglu_fused_q", swiglu, F),
+        (
+            Op::Glu(Glu::Silu),
+            "glu_fused_q silu",
+            glu_of(tf_models::Mlp::SwiGlu),
+            F,
+        ),
+        (
+            Op::Glu(Glu::GeluTanh),
+            "glu_fused_q gelu",
+            glu_of(tf_models::Mlp::GeGlu),
+            F,
+        ),
     ] {
         for block in [ActBlock::B32, ActBlock::B256] {
             let want_q = QuantAct::new(SimdLevel::Scalar, block, &want, max_rows, width);
@@ -94,7 +109,7 @@ pub fn run(
                                 Some(&mut act),
                             )?
                         }
-                        Op::Swiglu => gpu.swiglu_fused(&dgu, F, rows, &mut out, Some(&mut act))?,
+                        Op::Glu(a) => gpu.glu_fused(a, &dgu, F, rows, &mut out, Some(&mut act))?,
                     }
                     Ok(())
                 };

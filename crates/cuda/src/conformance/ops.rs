@@ -52,7 +52,7 @@ pub(crate) fn activations(rows: usize, k: usize, seed: u64) -> Vec<f32> {
             }
         })
         .collect();
-    if rows > 1 {
+    if rows > 1 && x.len() >= k + 512 {
         x[k..k + 256].fill(0.0);
         x[k + 256..k + 512].fill(1e-38);
     }
@@ -336,7 +336,8 @@ pub fn run(args: &super::Options) -> Result<()> {
         }
     }
 
-    // SwiGLU over an FFN-wide row, gate values wide enough to reach exp's cut-offs.
+    // SwiGLU and GeGLU over an FFN-wide row, gate values wide enough to reach exp's cut-offs;
+    // then soft-capping (`cap * tanh(x / cap)`) of the same values, infinities kept.
     {
         const F: usize = 8960;
         let mut s = SplitMix64::new(args.seed ^ 0x5a5a);
@@ -346,23 +347,49 @@ pub fn run(args: &super::Options) -> Result<()> {
                 .collect()
         };
         let (gate, up) = (wide(200.0), wide(4.0));
-        let mut want = vec![0f32; max_rows * F];
-        canon::swiglu(level, &gate, &up, &mut want);
         let (dg, du) = (gpu.upload(&gate)?, gpu.upload(&up)?);
-        for &rows in &args.rows {
-            let mut out = gpu.zeros::<f32>(rows * F)?;
-            gpu.swiglu(&dg, &du, rows * F, &mut out)?;
-            let got = gpu.download(&out)?;
-            let (eq, md) = bits_equal(&got, &want[..rows * F]);
-            let micros = time(&gpu, || gpu.swiglu(&dg, &du, rows * F, &mut out))?;
+        for mlp in [tf_models::Mlp::SwiGlu, tf_models::Mlp::GeGlu] {
+            let act = crate::ops::Glu::of(mlp).expect("a GPU activation");
+            let mut want = vec![0f32; max_rows * F];
+            mlp.apply(level, &gate, &up, &mut want);
+            for &rows in &args.rows {
+                let mut out = gpu.zeros::<f32>(rows * F)?;
+                gpu.glu(act, &dg, &du, rows * F, &mut out)?;
+                let got = gpu.download(&out)?;
+                let (eq, md) = bits_equal(&got, &want[..rows * F]);
+                let micros = time(&gpu, || gpu.glu(act, &dg, &du, rows * F, &mut out))?;
+                table.push(Row {
+                    op: format!("glu {act:?}"),
+                    ty: format!("f32 n={F}"),
+                    rows,
+                    equal: eq,
+                    total: rows * F,
+                    max_diff: md,
+                    micros,
+                });
+            }
+        }
+        let mut x = gate.clone();
+        x[1] = f32::NEG_INFINITY;
+        x[2] = f32::INFINITY;
+        for cap in [30.0f32, 5.0] {
+            let want: Vec<f32> = (x.iter())
+                .map(|&v| match v.is_finite() {
+                    true => cap * canon::tanh(v / cap),
+                    false => v,
+                })
+                .collect();
+            let mut dx = gpu.upload(&x)?;
+            gpu.soft_cap(&mut dx, x.len(), cap)?;
+            let (eq, md) = bits_equal(&gpu.download(&dx)?, &want);
             table.push(Row {
-                op: "swiglu".into(),
-                ty: format!("f32 n={F}"),
-                rows,
+                op: "soft_cap".into(),
+                ty: format!("cap {cap}"),
+                rows: max_rows,
                 equal: eq,
-                total: rows * F,
+                total: x.len(),
                 max_diff: md,
-                micros,
+                micros: 0.0,
             });
         }
     }

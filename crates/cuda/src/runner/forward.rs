@@ -300,6 +300,9 @@ impl CudaRunner {
             &mut s.acts,
             &mut s.logits,
         )?;
+        if let Some(cap) = self.model.plan.final_softcap {
+            gpu.soft_cap(&mut s.logits, n * cfg.vocab, cap)?;
+        }
         self.prof.mark(&gpu, "head");
         Ok(())
     }

@@ -7,6 +7,7 @@
 use super::scratch::{matmul, matmul_pair, SPLIT_ROWS};
 use super::weights::Group;
 use super::CudaRunner;
+use crate::ops::Glu;
 use crate::rowops::{AttnDims, AttnKeys, AttnSplit, QkvPost};
 use crate::{CudaError, Result};
 use tf_models::{walk, LayerOps, LayerPlan, Plan};
@@ -30,6 +31,8 @@ impl CudaRunner {
             n_kv_heads: cfg.n_kv_heads,
             head_dim: cfg.head_dim,
             scale: lp.attn_scale,
+            window: lp.window,
+            softcap: lp.attn_softcap,
         }
     }
 
@@ -85,6 +88,7 @@ impl LayerOps for CudaRunner {
         let lw = &self.w.layers[li];
         let s = &mut self.s;
         let (kc, vc) = (&mut self.kc[li], &mut self.vc[li]);
+        let cs = &self.rope_cs[lp.rope];
         let (rd, style) = (cfg.rope_dim, cfg.rope_style);
         match (&lw.qkv, &lw.q_norm, &lw.k_norm) {
             (Group::Split(ws), Some(qn), Some(kn)) => {
@@ -108,8 +112,8 @@ impl LayerOps for CudaRunner {
                 gpu.stream
                     .memcpy_dtod(&s.tmp.slice(0..m * kvd), &mut s.k.slice_mut(0..m * kvd))?;
                 let nh = (cfg.n_heads, cfg.n_kv_heads);
-                gpu.rope(&mut s.q, &s.pos, m, nh.0, hd, rd, style, &self.rope_cs)?;
-                gpu.rope(&mut s.k, &s.pos, m, nh.1, hd, rd, style, &self.rope_cs)?;
+                gpu.rope(&mut s.q, &s.pos, m, nh.0, hd, rd, style, cs)?;
+                gpu.rope(&mut s.k, &s.pos, m, nh.1, hd, rd, style, cs)?;
                 gpu.kv_write(&s.k, &s.v, &s.slot, m, kvd, kc, vc)?;
             }
             (group, _, _) => {
@@ -164,7 +168,7 @@ impl LayerOps for CudaRunner {
                     slot: &s.slot,
                     rot_dim: rd,
                     style,
-                    cs: &self.rope_cs,
+                    cs,
                 };
                 gpu.qkv_post(&post, m, dims, &mut s.q, kc, vc)?;
             }
@@ -207,14 +211,22 @@ impl LayerOps for CudaRunner {
         let s = &mut self.s;
         matmul(&gpu, &lw.wo, &s.att, t + 2, m, &mut s.acts, &mut s.o)?;
         self.prof.mark(&gpu, "wo");
-        let q = s.acts.output_for(lw.gate_up.first(), t + 3);
         let (d, eps) = (cfg.d_model, cfg.norm_eps);
-        gpu.add_rms_norm(&mut s.x, &s.o, &lw.ffn_norm, d, eps, m, &mut s.h, q)?;
+        // x += post_norm(o) where the layer has one (into `tmp`), else x += o.
+        let o = match &lw.post_attn_norm {
+            Some(w) => {
+                gpu.rms_norm(&s.o, w, d, eps, m, &mut s.tmp, None)?;
+                &s.tmp
+            }
+            None => &s.o,
+        };
+        let q = s.acts.output_for(lw.gate_up.first(), t + 3);
+        gpu.add_rms_norm(&mut s.x, o, &lw.ffn_norm, d, eps, m, &mut s.h, q)?;
         self.mark("add_norm");
         Ok(())
     }
 
-    fn mlp(&mut self, li: usize, _lp: &LayerPlan, _last: bool) -> Result<()> {
+    fn mlp(&mut self, li: usize, lp: &LayerPlan, _last: bool) -> Result<()> {
         let (model, gpu, m) = self.call();
         let t = self.layer_tag;
         let cfg = &model.config;
@@ -222,31 +234,40 @@ impl LayerOps for CudaRunner {
         let lw = &self.w.layers[li];
         let next = self.w.layers.get(li + 1);
         let s = &mut self.s;
+        let act = Glu::of(lp.mlp)
+            .ok_or_else(|| CudaError::Usage(format!("no GPU activation for {:?}", lp.mlp)))?;
         match &lw.gate_up {
             Group::Fused(w) => {
                 matmul(&gpu, w, &s.h, t + 3, m, &mut s.acts, &mut s.gu)?;
                 self.prof.mark(&gpu, "gate_up");
                 let q = s.acts.output_for(&lw.w_down, t + 4);
-                gpu.swiglu_fused(&s.gu, f, m, &mut s.act, q)?;
+                gpu.glu_fused(act, &s.gu, f, m, &mut s.act, q)?;
             }
             Group::Pair(..) => return Err(CudaError::Usage("gate|up grouped as a pair".into())),
             Group::Split(ws) => {
                 matmul(&gpu, &ws[0], &s.h, t + 3, m, &mut s.acts, &mut s.gate)?;
                 matmul(&gpu, &ws[1], &s.h, t + 3, m, &mut s.acts, &mut s.up)?;
                 self.prof.mark(&gpu, "gate_up");
-                gpu.swiglu(&s.gate, &s.up, m * f, &mut s.act)?;
+                gpu.glu(act, &s.gate, &s.up, m * f, &mut s.act)?;
             }
         }
-        self.prof.mark(&gpu, "swiglu");
+        self.prof.mark(&gpu, "glu");
         matmul(&gpu, &lw.w_down, &s.act, t + 4, m, &mut s.acts, &mut s.o)?;
         self.prof.mark(&gpu, "down");
+        let o = match &lw.post_ffn_norm {
+            Some(w) => {
+                gpu.rms_norm(&s.o, w, d, eps, m, &mut s.tmp, None)?;
+                &s.tmp
+            }
+            None => &s.o,
+        };
         match next {
             Some(nl) => {
                 // The next layer's q/k/v matmul asks for tag t + 4 + 1.
                 let q = s.acts.output_for(nl.qkv.first(), t + 5);
-                gpu.add_rms_norm(&mut s.x, &s.o, &nl.attn_norm, d, eps, m, &mut s.h, q)?
+                gpu.add_rms_norm(&mut s.x, o, &nl.attn_norm, d, eps, m, &mut s.h, q)?
             }
-            None => gpu.add_into(&mut s.x, &s.o, m * d)?,
+            None => gpu.add_into(&mut s.x, o, m * d)?,
         }
         self.mark("add_norm");
         Ok(())

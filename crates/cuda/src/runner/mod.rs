@@ -46,7 +46,8 @@ pub struct CudaRunner {
     vc: Vec<CudaSlice<f32>>,
     blocks: usize,
     context_len: usize,
-    rope_cs: CudaSlice<f32>,
+    /// The plan's RoPE tables (`Plan::ropes`), (cos, sin) pairs per position.
+    rope_cs: Vec<CudaSlice<f32>>,
     rope_positions: usize,
     s: Scratch,
     graphs: HashMap<usize, Graph>,
@@ -106,8 +107,15 @@ impl CudaRunner {
         use tf_models::Feature;
         let runs = [
             Feature::RopeScaling,
+            Feature::RopeMscale,
+            Feature::SecondRope,
             Feature::AttentionScale,
             Feature::ScaledEmbeddings,
+            Feature::SlidingWindow,
+            Feature::AttentionSoftcap,
+            Feature::FinalSoftcap,
+            Feature::GeGlu,
+            Feature::PostNorms,
         ];
         let lacks: Vec<String> = (model.plan.features(cfg.head_dim).into_iter())
             .filter(|f| !runs.contains(f))
@@ -128,6 +136,8 @@ impl CudaRunner {
             n_kv_heads: cfg.n_kv_heads,
             head_dim: cfg.head_dim,
             scale: 1.0,
+            window: None,
+            softcap: None,
         }
         .check()?;
         // Weights and the KV cache must fit the GPU's free memory: a clear refusal instead of
@@ -161,12 +171,11 @@ impl CudaRunner {
             vc.push(gpu.zeros(per_layer)?);
         }
         let rope_positions = context_len.max(cfg.context_len).max(1);
-        // The plan's one RoPE (its frequency scaling included), as the CPU's table computes it.
-        let thetas = model.plan.ropes[0].table(0);
-        let rope_cs = gpu.upload(&crate::ops::rope_table_thetas(
-            thetas.thetas(),
-            rope_positions,
-        ))?;
+        // The plan's RoPEs (frequency scaling and cos/sin factor included), as the CPU's
+        // tables compute them.
+        let rope_cs = (model.plan.ropes.iter())
+            .map(|r| gpu.upload(&crate::ops::rope_table_of(&r.table(0), rope_positions)))
+            .collect::<Result<Vec<_>>>()?;
         let s = Scratch::new(&gpu, cfg, max_rows.max(GRAPH_ROWS), context_len)?;
         let pinned = if std::env::var("TENSORFOLD_CUDA_PINNED").is_ok_and(|v| v == "0") {
             None

@@ -118,7 +118,8 @@ impl Scratch {
             k: gpu.zeros(cap * kvd)?,
             v: gpu.zeros(cap * kvd)?,
             att: gpu.zeros(cap * qd)?,
-            tmp: gpu.zeros(cap * qd)?,
+            // q/k norms' output, or the post norms' (`d` values a row).
+            tmp: gpu.zeros(cap * qd.max(d))?,
             o: gpu.zeros(cap * d)?,
             qkv: gpu.zeros(cap * (qd + 2 * kvd))?,
             gu: gpu.zeros(cap * 2 * f)?,

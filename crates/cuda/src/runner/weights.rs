@@ -51,6 +51,9 @@ pub struct DevLayer {
     pub q_norm: Option<CudaSlice<f32>>,
     pub k_norm: Option<CudaSlice<f32>>,
     pub ffn_norm: CudaSlice<f32>,
+    /// RMSNorms of the attention and MLP outputs before their residual adds (Gemma).
+    pub post_attn_norm: Option<CudaSlice<f32>>,
+    pub post_ffn_norm: Option<CudaSlice<f32>>,
     /// w_gate, w_up.
     pub gate_up: Group,
     pub w_down: DevMatrix,
@@ -153,6 +156,8 @@ impl DevWeights {
                 q_norm: up.opt(&l.q_norm)?,
                 k_norm: up.opt(&l.k_norm)?,
                 ffn_norm: up.floats(&l.ffn_norm)?,
+                post_attn_norm: up.opt(&l.post_attn_norm)?,
+                post_ffn_norm: up.opt(&l.post_ffn_norm)?,
                 gate_up: up.group(&[&mlp.gate, &mlp.up], true)?,
                 w_down: up.matrix(&mlp.down)?,
             });
