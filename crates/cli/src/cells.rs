@@ -207,6 +207,7 @@ fn run_one(handle: &EngineHandle, req: Request) -> Result<Timed> {
                     tokens += t.len();
                 }
             }
+            Event::Logprobs(_) => {}
             Event::Error(e) => bail!("engine error: {e}"),
             Event::Done(receipt) => {
                 return Ok(Timed {

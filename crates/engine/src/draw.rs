@@ -9,6 +9,7 @@
 //! what it needs, and the engine applies the verdicts after the runner is free again.
 
 use crate::engine::Plan;
+use crate::logprobs::{token_logprob, TokenLogprob};
 use crate::sampler::{NoiseKey, Pick, Sampler, SamplingParams};
 use crate::sequence::Seq;
 use crate::Runner;
@@ -40,6 +41,10 @@ impl Ask {
     pub(crate) fn for_round(running: &[Seq], plans: &[Plan], rows: &[Row]) -> Ask {
         let windows = || plans.iter().filter(|p| p.window);
         let params = |p: &Plan| &running[p.seq].req.params;
+        // Log-probabilities are read from the logits rows.
+        if windows().any(|p| running[p.seq].req.logprobs.is_some()) {
+            return Ask::Logits;
+        }
         if windows().all(|p| params(p).draws_greedy()) {
             return Ask::Greedy;
         }
@@ -100,6 +105,20 @@ impl Drawn<'_> {
     }
 }
 
+impl<'a> Drawn<'a> {
+    /// Output row `r`'s logits, where the round brought them back.
+    fn row(self, r: usize) -> Option<&'a [f32]> {
+        match self {
+            Drawn::Logits(l, vocab) => Some(&l[r * vocab..(r + 1) * vocab]),
+            Drawn::Picks(picks) => match &picks[r] {
+                Pick::Logits(l) => Some(l),
+                Pick::Token(..) => None,
+            },
+            Drawn::Greedy(_) => None,
+        }
+    }
+}
+
 /// The buffers a caller keeps across rounds for [`forward`](RoundOut::forward).
 #[derive(Default)]
 pub(crate) struct RoundOut {
@@ -142,6 +161,8 @@ pub(crate) struct Verdict {
     /// Guesses confirmed (of the main chain, or of the extra branch `via_branch`).
     pub accepted: usize,
     pub via_branch: Option<usize>,
+    /// Each emitted token's log-probability, where the request asked for them.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 /// Draws window `p`'s tokens from its rows (output rows `at..`) and accepts the guesses they
@@ -152,6 +173,15 @@ pub(crate) fn accept(drawn: Drawn, sampler: &mut Sampler, s: &Seq, p: &Plan, at:
     let k = p.drafts.len();
     let mut history = s.generated().to_vec();
     let first = drawn.token(sampler, at, &s.req.params, s.seed, len as u64, &history);
+    // Output row r drew token t: its log-probability, where the request asks.
+    let logprob = |r: usize, t: TokenId| {
+        s.req.logprobs.map(|top| {
+            let row = drawn
+                .row(r)
+                .expect("a round with log-probabilities brings logits back");
+            token_logprob(row, t, top)
+        })
+    };
     let mut follow: Option<(&[TokenId], usize, Option<usize>)> = None;
     if k > 0 && p.drafts[0] == first {
         follow = Some((&p.drafts, 1, None));
@@ -169,21 +199,24 @@ pub(crate) fn accept(drawn: Drawn, sampler: &mut Sampler, s: &Seq, p: &Plan, at:
         emitted: vec![first],
         accepted: 0,
         via_branch: None,
+        logprobs: logprob(at, first).into_iter().collect(),
     };
     if let Some((branch, offset, b)) = follow {
         v.via_branch = b;
         v.accepted = 1;
         history.push(first);
         loop {
+            let r = at + offset + v.accepted - 1;
             let t = drawn.token(
                 sampler,
-                at + offset + v.accepted - 1,
+                r,
                 &s.req.params,
                 s.seed,
                 (len + v.accepted) as u64,
                 &history,
             );
             v.emitted.push(t);
+            v.logprobs.extend(logprob(r, t));
             if v.accepted < branch.len() && branch[v.accepted] == t {
                 v.accepted += 1;
                 history.push(t);

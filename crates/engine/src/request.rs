@@ -16,6 +16,9 @@ pub struct Request {
     pub ignore_eos: bool,
     /// `false` = the serial reference: a window of one row every round.
     pub draft: bool,
+    /// Each drawn token's log-probability and this many of its row's most likely tokens
+    /// ([`Event::Logprobs`]); `None` = none (rounds may then skip the logits).
+    pub logprobs: Option<usize>,
 }
 
 impl Request {
@@ -27,6 +30,7 @@ impl Request {
             stop_tokens: Vec::new(),
             ignore_eos: false,
             draft: true,
+            logprobs: None,
         }
     }
 }
@@ -99,6 +103,9 @@ pub struct Receipt {
 /// `Error` followed by `Done`).
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// The log-probabilities of the tokens of the next [`Event::Tokens`], one each, when the
+    /// request asked for them.
+    Logprobs(Vec<crate::logprobs::TokenLogprob>),
     Tokens(Vec<TokenId>),
     Error(String),
     Done(Receipt),

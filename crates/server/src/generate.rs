@@ -4,12 +4,14 @@
 //! Dropping a [`Generation`] before its end cancels the request (the engine frees its blocks
 //! within one step) and counts a client disconnection.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tf_core::{SeqId, TokenId};
 use tf_engine::{
     token_sha, EngineError, Event, EventStream, FinishReason, Receipt, Request, SamplingParams,
+    TokenLogprob,
 };
 use tf_text::StreamDecoder;
 
@@ -26,6 +28,8 @@ pub struct GenRequest {
     pub stop: Vec<String>,
     pub ignore_eos: bool,
     pub draft: bool,
+    /// Each reply token's log-probability and this many alternatives (`None` = none).
+    pub logprobs: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +51,8 @@ pub struct Outcome {
     /// Reply tokens up to the end of the reply (the end-of-turn token included, and, for a stop
     /// string, up to the token that completed it).
     pub tokens: Vec<TokenId>,
+    /// One per token of `tokens` where the request asked for log-probabilities, else empty.
+    pub logprobs: Vec<TokenLogprob>,
     pub token_sha: String,
     pub receipt: Receipt,
     pub e2e_secs: f64,
@@ -67,6 +73,11 @@ pub struct Generation {
     stop: StopMatcher,
     stop_hit: Option<String>,
     tokens: Vec<TokenId>,
+    /// Log-probabilities the engine sent for tokens not yet taken in, then those of `tokens`
+    /// (one each), and how many of those [`Generation::take_logprobs`] handed out.
+    lp_queue: VecDeque<TokenLogprob>,
+    logprobs: Vec<TokenLogprob>,
+    lp_taken: usize,
     error: Option<String>,
     started: Instant,
     pending_done: Option<Box<Outcome>>,
@@ -102,6 +113,7 @@ impl Generation {
             stop_tokens: backend.tokenizer.eog_ids().to_vec(),
             ignore_eos: req.ignore_eos,
             draft: req.draft,
+            logprobs: req.logprobs,
         };
         // Harmony replies keep their control tokens: the reply parser reads the channels.
         let decoder = StreamDecoder::new(backend.tool_format != ToolFormat::Harmony);
@@ -120,6 +132,9 @@ impl Generation {
             stop,
             stop_hit: None,
             tokens: Vec::new(),
+            lp_queue: VecDeque::new(),
+            logprobs: Vec::new(),
+            lp_taken: 0,
             error: None,
             started,
             pending_done: None,
@@ -147,6 +162,7 @@ impl Generation {
                         return Some(Step::Text(text));
                     }
                 }
+                Some(Event::Logprobs(lps)) => self.lp_queue.extend(lps),
                 Some(Event::Error(message)) => self.error = Some(message),
                 Some(Event::Done(receipt)) => return Some(self.finish(receipt)),
                 None => {
@@ -186,6 +202,14 @@ impl Generation {
         unreachable!("a generation always ends with its outcome")
     }
 
+    /// The log-probabilities of the reply's tokens taken in since the last call (none unless
+    /// the request asked for them).
+    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        let new = self.logprobs[self.lp_taken..].to_vec();
+        self.lp_taken = self.logprobs.len();
+        new
+    }
+
     fn take_tokens(&mut self, ids: &[TokenId]) -> Option<String> {
         if self.stop_hit.is_some() {
             // Tokens past a stop string (the rest of a drafted window) are not part of the reply.
@@ -194,6 +218,7 @@ impl Generation {
         let mut text = String::new();
         for &id in ids {
             self.tokens.push(id);
+            self.logprobs.extend(self.lp_queue.pop_front());
             let piece = self.decoder.push(&self.backend.tokenizer, id);
             match self.stop.push(&piece) {
                 StopScan::Emit(t) => text.push_str(&t),
@@ -260,6 +285,7 @@ impl Generation {
             cached_tokens: receipt.cached_tokens,
             token_sha: sha,
             tokens: std::mem::take(&mut self.tokens),
+            logprobs: self.logprobs.clone(),
             receipt,
             e2e_secs,
         });

@@ -16,6 +16,38 @@ pub struct GenFields {
     pub stop: Vec<String>,
     pub ignore_eos: bool,
     pub draft: bool,
+    /// Log-probabilities of the reply's tokens with this many alternatives each (set by the
+    /// APIs that have them: [`chat_logprobs`], [`completion_logprobs`]).
+    pub logprobs: Option<usize>,
+}
+
+/// Chat's `logprobs` (bool) and `top_logprobs` (0..=20, only with `logprobs`).
+pub fn chat_logprobs(f: &Fields) -> ApiResult<Option<usize>> {
+    let on = f.bool("logprobs")?.unwrap_or(false);
+    let top = top_count(f, "top_logprobs")?;
+    match (on, top) {
+        (false, Some(_)) => Err(ApiError::invalid(
+            "top_logprobs",
+            "'top_logprobs' needs 'logprobs': true",
+        )),
+        (on, top) => Ok(on.then(|| top.unwrap_or(0))),
+    }
+}
+
+/// Completions' `logprobs`: the number of alternatives (0..=20), `null` or absent for none.
+pub fn completion_logprobs(f: &Fields) -> ApiResult<Option<usize>> {
+    top_count(f, "logprobs")
+}
+
+fn top_count(f: &Fields, key: &str) -> ApiResult<Option<usize>> {
+    let max = tf_engine::MAX_TOP_LOGPROBS;
+    match f.uint(key, 0)? {
+        Some(n) if n as usize > max => Err(ApiError::invalid(
+            key,
+            format!("'{key}' must be at most {max}"),
+        )),
+        n => Ok(n.map(|n| n as usize)),
+    }
 }
 
 /// Reads the fields; `max_keys` are the names the length cap may go by, in order of preference.
@@ -100,6 +132,7 @@ pub fn read(
         stop,
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         draft: f.bool("draft")?.unwrap_or(true),
+        logprobs: None,
     })
 }
 

@@ -48,6 +48,7 @@ impl Engine {
                 emitted,
                 accepted,
                 via_branch,
+                logprobs,
             }) = verdict
             else {
                 continue;
@@ -132,6 +133,13 @@ impl Engine {
                 s.first_token = Some(sent_at);
             }
             s.last_token = Some(sent_at);
+            if !logprobs.is_empty() {
+                // One per kept token (the emitted ones past a stop are dropped with it).
+                let lp = logprobs.into_iter().take(kept.len()).collect();
+                if s.events.send(Event::Logprobs(lp)).is_err() {
+                    s.finished = Some(FinishReason::Cancelled);
+                }
+            }
             if s.events.send(Event::Tokens(kept)).is_err() {
                 s.finished = Some(FinishReason::Cancelled);
             }

@@ -251,6 +251,8 @@ pub fn request(seed: u64, sampled: bool, prompt_len: usize, max_tokens: usize) -
 pub struct Run {
     pub id: SeqId,
     pub tokens: Vec<TokenId>,
+    /// One per token where the request asked for log-probabilities.
+    pub logprobs: Vec<tf_engine::TokenLogprob>,
     pub receipt: Receipt,
 }
 
@@ -267,6 +269,7 @@ pub fn run_all(b: &mut Bench, reqs: Vec<(usize, Request)>) -> Vec<Run> {
     let n = pending.len();
     let mut rxs: HashMap<usize, (SeqId, UnboundedReceiver<Event>)> = HashMap::new();
     let mut acc: HashMap<usize, Vec<TokenId>> = HashMap::new();
+    let mut lps: HashMap<usize, Vec<tf_engine::TokenLogprob>> = HashMap::new();
     let mut done: HashMap<usize, Run> = HashMap::new();
     let mut step = 0;
     while done.len() < n {
@@ -281,13 +284,23 @@ pub fn run_all(b: &mut Bench, reqs: Vec<(usize, Request)>) -> Vec<Run> {
         for (i, (id, rx)) in rxs.iter_mut() {
             while let Ok(ev) = rx.try_recv() {
                 match ev {
-                    Event::Tokens(t) => acc.entry(*i).or_default().extend(t),
+                    Event::Tokens(t) => {
+                        let tokens = acc.entry(*i).or_default();
+                        tokens.extend(t);
+                        let got = lps.get(i).map_or(0, Vec::len);
+                        assert!(
+                            got == 0 || got == tokens.len(),
+                            "one log-probability a token"
+                        );
+                    }
+                    Event::Logprobs(l) => lps.entry(*i).or_default().extend(l),
                     Event::Error(err) => panic!("engine error: {err}"),
                     Event::Done(receipt) => {
                         let tokens = acc.remove(i).unwrap_or_default();
                         let run = Run {
                             id: *id,
                             tokens,
+                            logprobs: lps.remove(i).unwrap_or_default(),
                             receipt,
                         };
                         assert!(done.insert(*i, run).is_none());

@@ -165,9 +165,6 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ChatRequest> {
             "'messages' must not be empty",
         ));
     }
-    if f.bool("logprobs")? == Some(true) {
-        return Err(ApiError::invalid("logprobs", "'logprobs' is not supported"));
-    }
     if let Some(format) = f.object("response_format")? {
         let kind = format.str("type")?.unwrap_or("text");
         if !["text", "json_object", "json_schema"].contains(&kind) {
@@ -183,12 +180,13 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ChatRequest> {
         tool_choice: prompt::tool_choice(f.get("tool_choice"))?,
         kwargs: template_kwargs(&f)?,
     };
-    let gen = params::read(
+    let mut gen = params::read(
         &f,
         &state.config.defaults,
         &["max_completion_tokens", "max_tokens"],
         "stop",
     )?;
+    gen.logprobs = params::chat_logprobs(&f)?;
     let include_usage = match f.object("stream_options")? {
         Some(o) => o.bool("include_usage")?.unwrap_or(false),
         None => false,
@@ -230,6 +228,7 @@ pub async fn start(
         stop: gen.stop.clone(),
         ignore_eos: gen.ignore_eos,
         draft: gen.draft,
+        logprobs: gen.logprobs,
     };
     let generation = Generation::start(state.clone(), backend.clone(), request).await?;
     Ok((generation, rendered))
@@ -269,6 +268,9 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
             calls: 0,
             reasoning: String::new(),
             started: false,
+            logprobs: req.gen.logprobs.is_some(),
+            lp_pending: Vec::new(),
+            lp_sent: 0,
         };
         return Ok(Sse::new(stream.into_stream())
             .keep_alive(KeepAlive::default())
@@ -298,6 +300,12 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         let calls: Vec<Value> = reply.tool_calls.iter().map(call_json).collect();
         message.insert("tool_calls".into(), Value::Array(calls));
     }
+    let logprobs = match req.gen.logprobs {
+        Some(_) => {
+            json!({"content": common::chat_logprobs(&backend, &outcome.logprobs), "refusal": null})
+        }
+        None => Value::Null,
+    };
     let body = json!({
         "id": id,
         "object": "chat.completion",
@@ -307,7 +315,7 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         "choices": [{
             "index": 0,
             "message": Value::Object(message),
-            "logprobs": null,
+            "logprobs": logprobs,
             "finish_reason": common::finish_reason(&outcome.finish, !reply.tool_calls.is_empty()),
         }],
         "usage": common::usage_json(&outcome, reasoning_tokens),
@@ -364,18 +372,36 @@ struct ChatStream {
     calls: usize,
     reasoning: String,
     started: bool,
+    /// The request asked for log-probabilities: entries not yet sent (they go with the next
+    /// chunk), and how many of the reply's tokens have been taken in.
+    logprobs: bool,
+    lp_pending: Vec<Value>,
+    lp_sent: usize,
 }
 
 impl ChatStream {
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+    fn chunk(&mut self, delta: Value, finish: Option<&str>) -> Value {
+        let logprobs = match self.lp_pending.is_empty() {
+            true => Value::Null,
+            false => json!({"content": std::mem::take(&mut self.lp_pending), "refusal": null}),
+        };
         json!({
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "system_fingerprint": SYSTEM_FINGERPRINT,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         })
+    }
+
+    /// Takes in the log-probabilities of `lps` (the reply's tokens from `lp_sent` on).
+    fn take_logprobs(&mut self, lps: &[tf_engine::TokenLogprob]) {
+        if self.logprobs {
+            self.lp_sent += lps.len();
+            let entries = common::chat_logprobs(&self.backend, lps);
+            self.lp_pending.extend(entries);
+        }
     }
 
     fn deltas(&mut self, deltas: Vec<Delta>) -> Vec<Event> {
@@ -440,11 +466,17 @@ impl ChatStream {
         let step = self.generation.as_mut()?.next().await;
         match step {
             Some(Step::Text(t)) => {
+                if let Some(g) = self.generation.as_mut() {
+                    let lps = g.take_logprobs();
+                    self.take_logprobs(&lps);
+                }
                 let deltas = self.parser.push(&t);
                 Some(self.deltas(deltas))
             }
             Some(Step::Done(outcome)) => {
                 self.generation = None;
+                let rest = outcome.logprobs.get(self.lp_sent..).unwrap_or(&[]).to_vec();
+                self.take_logprobs(&rest);
                 let deltas = self.parser.finish();
                 let mut events = self.deltas(deltas);
                 events.extend(self.end(&outcome));

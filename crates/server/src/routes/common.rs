@@ -13,6 +13,78 @@ use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::generate::{Finish, Outcome};
+use crate::state::Backend;
+use tf_engine::TokenLogprob;
+
+/// A log-probability as the APIs write it (an impossible token's -inf as -9999).
+fn logprob_json(v: f32) -> Value {
+    if v.is_finite() {
+        json!(v)
+    } else {
+        json!(-9999.0)
+    }
+}
+
+/// The text and the bytes of a token.
+fn token_text(backend: &Backend, id: tf_core::TokenId) -> (String, &[u8]) {
+    let b = backend.tokenizer.token_bytes(id);
+    (String::from_utf8_lossy(b).into_owned(), b)
+}
+
+/// The reply tokens that carry log-probabilities: all but an end-of-generation token.
+fn shown<'a>(
+    backend: &'a Backend,
+    lps: &'a [TokenLogprob],
+) -> impl Iterator<Item = &'a TokenLogprob> {
+    lps.iter().filter(|lp| !backend.tokenizer.is_eog(lp.token))
+}
+
+/// Chat's `logprobs.content` entries for `lps`.
+pub fn chat_logprobs(backend: &Backend, lps: &[TokenLogprob]) -> Vec<Value> {
+    let entry = |id, v: f32| {
+        let (t, b) = token_text(backend, id);
+        json!({"token": t, "logprob": logprob_json(v), "bytes": b})
+    };
+    shown(backend, lps)
+        .map(|lp| {
+            let mut e = entry(lp.token, lp.logprob);
+            let top: Vec<Value> = lp.top.iter().map(|&(id, v)| entry(id, v)).collect();
+            e["top_logprobs"] = Value::Array(top);
+            e
+        })
+        .collect()
+}
+
+/// The completions API's `logprobs` object for `lps`, text offsets counted (in characters) from
+/// `offset`; returns it and the offset after the last token.
+pub fn completion_logprobs(
+    backend: &Backend,
+    lps: &[TokenLogprob],
+    offset: usize,
+) -> (Value, usize) {
+    let (mut tokens, mut values, mut tops, mut offsets) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut at = offset;
+    for lp in shown(backend, lps) {
+        let (t, _) = token_text(backend, lp.token);
+        offsets.push(at);
+        at += t.chars().count();
+        tokens.push(t);
+        values.push(logprob_json(lp.logprob));
+        let mut top = Map::new();
+        for &(id, v) in &lp.top {
+            top.insert(token_text(backend, id).0, logprob_json(v));
+        }
+        tops.push(Value::Object(top));
+    }
+    let body = json!({
+        "tokens": tokens,
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    });
+    (body, at)
+}
 
 pub fn now_secs() -> u64 {
     SystemTime::now()

@@ -106,15 +106,11 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
             "'echo' is not supported (only false)",
         ));
     }
-    if f.get("logprobs")
-        .is_some_and(|v| v != &json!(0) && v != &json!(false))
-    {
-        return Err(ApiError::invalid("logprobs", "'logprobs' is not supported"));
-    }
     if f.uint("best_of", 1)?.is_some_and(|b| b > 1) {
         return Err(ApiError::invalid("best_of", "'best_of' must be 1"));
     }
-    let gen = params::read(&f, &state.config.defaults, &["max_tokens"], "stop")?;
+    let mut gen = params::read(&f, &state.config.defaults, &["max_tokens"], "stop")?;
+    gen.logprobs = params::completion_logprobs(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.object("stream_options")? {
         Some(o) => o.bool("include_usage")?.unwrap_or(false),
@@ -140,12 +136,15 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         stop: gen.stop,
         ignore_eos: gen.ignore_eos,
         draft: gen.draft,
+        logprobs: gen.logprobs,
     };
-    let generation = Generation::start(state.clone(), backend, request).await?;
+    let logprobs = gen.logprobs.is_some();
+    let generation = Generation::start(state.clone(), backend.clone(), request).await?;
     let head = Head {
         id: common::new_id("cmpl-"),
         created: common::now_secs(),
         model: state.config.model_id.clone(),
+        backend: logprobs.then_some(backend),
     };
     if stream {
         return Ok(Sse::new(events(generation, head, include_usage))
@@ -157,6 +156,9 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         return Err(ApiError::internal(message.clone()));
     }
     let mut body = head.chunk(&text, Some(common::finish_reason(&outcome.finish, false)));
+    if let Some(b) = &head.backend {
+        body["choices"][0]["logprobs"] = common::completion_logprobs(b, &outcome.logprobs, 0).0;
+    }
     body["usage"] = common::usage_json(&outcome, 0);
     body["tensorfold"] = common::receipt_json(&outcome);
     Ok(Json(body).into_response())
@@ -166,6 +168,8 @@ struct Head {
     id: String,
     created: u64,
     model: String,
+    /// Where the request asked for log-probabilities: the tokenizer's model.
+    backend: Option<std::sync::Arc<crate::state::Backend>>,
 }
 
 impl Head {
@@ -201,20 +205,52 @@ impl Head {
     }
 }
 
+/// Where a stream stands: the reply's tokens whose log-probabilities were sent, and the text
+/// offset after them.
+#[derive(Default)]
+struct Sent {
+    tokens: usize,
+    offset: usize,
+}
+
 fn events(
     generation: Generation,
     head: Head,
     include_usage: bool,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    stream::unfold(Some((generation, head)), move |st| async move {
-        let (mut generation, head) = st?;
-        match generation.next().await? {
-            Step::Text(t) => {
-                let e = vec![data(&head.chunk(&t, None))];
-                Some((e, Some((generation, head))))
+    stream::unfold(
+        Some((generation, head, Sent::default())),
+        move |st| async move {
+            let (mut generation, head, mut sent) = st?;
+            match generation.next().await? {
+                Step::Text(t) => {
+                    let mut chunk = head.chunk(&t, None);
+                    if let Some(b) = &head.backend {
+                        let lps = generation.take_logprobs();
+                        let (v, at) = common::completion_logprobs(b, &lps, sent.offset);
+                        chunk["choices"][0]["logprobs"] = v;
+                        sent = Sent {
+                            tokens: sent.tokens + lps.len(),
+                            offset: at,
+                        };
+                    }
+                    Some((vec![data(&chunk)], Some((generation, head, sent))))
+                }
+                Step::Done(outcome) => {
+                    let mut events = head.end(&outcome, include_usage);
+                    let rest = outcome.logprobs.get(sent.tokens..).unwrap_or(&[]);
+                    let failed = matches!(outcome.finish, Finish::Error(_));
+                    if let (Some(b), false) = (&head.backend, rest.is_empty() || failed) {
+                        // The last tokens' log-probabilities ride on an empty text chunk.
+                        let mut chunk = head.chunk("", None);
+                        chunk["choices"][0]["logprobs"] =
+                            common::completion_logprobs(b, rest, sent.offset).0;
+                        events.insert(0, data(&chunk));
+                    }
+                    Some((events, None))
+                }
             }
-            Step::Done(outcome) => Some((head.end(&outcome, include_usage), None)),
-        }
-    })
+        },
+    )
     .flat_map(|events| stream::iter(events.into_iter().map(Ok)))
 }

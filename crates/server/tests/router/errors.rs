@@ -283,18 +283,33 @@ async fn tool_choice_must_match_the_tools() {
 #[tokio::test]
 async fn unsupported_options() {
     let state = shared_state();
+    // Log-probabilities: at most 20 alternatives, and top_logprobs only with logprobs.
     let r = post(
         &state,
         "/v1/chat/completions",
-        &with(chat_body("Hi", 8), "logprobs", json!(true)),
+        &with(chat_body("Hi", 8), "top_logprobs", json!(2)),
     )
     .await;
     assert_openai_error(
         &r,
         400,
-        Some("logprobs"),
+        Some("top_logprobs"),
         Some("invalid_value"),
-        "not supported",
+        "needs 'logprobs': true",
+    );
+    let body = with(chat_body("Hi", 8), "logprobs", json!(true));
+    let r = post(
+        &state,
+        "/v1/chat/completions",
+        &with(body, "top_logprobs", json!(21)),
+    )
+    .await;
+    assert_openai_error(
+        &r,
+        400,
+        Some("top_logprobs"),
+        Some("invalid_value"),
+        "at most 20",
     );
     let base = json!({"prompt": "def f():", "max_tokens": 8, "temperature": 0});
     let r = post(
@@ -310,20 +325,18 @@ async fn unsupported_options() {
         Some("invalid_value"),
         "'echo' is not supported",
     );
-    for logprobs in [json!(true), json!(5)] {
+    for (logprobs, code, message) in [
+        (json!(true), "invalid_type", "must be an integer"),
+        (json!(21), "invalid_value", "at most 20"),
+        (json!(-1), "invalid_value", "non-negative integer"),
+    ] {
         let r = post(
             &state,
             "/v1/completions",
             &with(base.clone(), "logprobs", logprobs),
         )
         .await;
-        assert_openai_error(
-            &r,
-            400,
-            Some("logprobs"),
-            Some("invalid_value"),
-            "not supported",
-        );
+        assert_openai_error(&r, 400, Some("logprobs"), Some(code), message);
     }
     let r = post(
         &state,
