@@ -1,9 +1,8 @@
 """POST /v1/completions through the openai client: raw string and token-id prompts, drafted vs
-serial on code, and the unsupported `echo`."""
+serial on code, `echo`."""
 
 from __future__ import annotations
 
-import openai
 import pytest
 
 from support import HEX12, tensorfold_ext
@@ -59,8 +58,7 @@ def test_completion_string_and_token_ids_agree(oai, model_id):
     assert tensorfold_ext(by_ids)["token_sha"] == tensorfold_ext(by_text)["token_sha"]
 
 
-def test_completion_echo_rejected(oai, model_id):
-    with pytest.raises(openai.BadRequestError) as e:
-        oai.completions.create(model=model_id, prompt=CODE, max_tokens=4, echo=True)
-    assert e.value.status_code == 400
-    assert e.value.param == "echo"
+def test_completion_echo(oai, model_id, code):
+    r = oai.completions.create(model=model_id, prompt=CODE, echo=True, **GREEDY)
+    assert r.choices[0].text == CODE + code.choices[0].text
+    assert tensorfold_ext(r)["token_sha"] == tensorfold_ext(code)["token_sha"]

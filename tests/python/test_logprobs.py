@@ -106,3 +106,42 @@ def test_completion_logprobs(oai, model_id):
             toks.extend(ch.choices[0].logprobs.tokens)
             vals.extend(ch.choices[0].logprobs.token_logprobs)
     assert toks == lp.tokens and vals == lp.token_logprobs
+
+
+def test_completion_echo_scores_the_prompt(oai, model_id):
+    """lm-evaluation-harness's loglikelihood request: echo, max_tokens 0, logprobs."""
+    code = "def fibonacci(n):\n    return n"
+    r = oai.completions.create(
+        model=model_id, prompt=code, echo=True, max_tokens=0, logprobs=1, temperature=0
+    )
+    n = r.usage.prompt_tokens
+    c = r.choices[0]
+    assert c.text == code
+    lp = c.logprobs
+    assert len(lp.tokens) == n and "".join(lp.tokens) == code
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(v <= 0.0 for v in lp.token_logprobs[1:])
+    assert r.usage.completion_tokens == 0
+    # The same numbers when a reply follows, drafted or serial, and streamed.
+    for extra in ({}, {"draft": False}):
+        more = oai.completions.create(
+            model=model_id, prompt=code, echo=True, max_tokens=6, logprobs=1, temperature=0,
+            extra_body=extra,
+        )
+        m = more.choices[0]
+        assert m.text.startswith(code)
+        assert m.logprobs.token_logprobs[:n] == lp.token_logprobs
+        assert len(m.logprobs.tokens) > n
+        assert "".join(m.logprobs.tokens) == m.text
+    chunks = oai.completions.create(
+        model=model_id, prompt=code, echo=True, max_tokens=0, logprobs=1, temperature=0,
+        stream=True,
+    )
+    toks, vals, text = [], [], ""
+    for ch in chunks:
+        if ch.choices:
+            text += ch.choices[0].text
+            if ch.choices[0].logprobs:
+                toks.extend(ch.choices[0].logprobs.tokens)
+                vals.extend(ch.choices[0].logprobs.token_logprobs)
+    assert text == code and toks == lp.tokens and vals == lp.token_logprobs

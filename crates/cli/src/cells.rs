@@ -207,7 +207,7 @@ fn run_one(handle: &EngineHandle, req: Request) -> Result<Timed> {
                     tokens += t.len();
                 }
             }
-            Event::Logprobs(_) => {}
+            Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
             Event::Error(e) => bail!("engine error: {e}"),
             Event::Done(receipt) => {
                 return Ok(Timed {

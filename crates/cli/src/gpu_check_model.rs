@@ -349,7 +349,7 @@ fn run_all(e: &mut Engine, reqs: &[Request]) -> Result<Vec<Receipt>> {
                     Event::Done(receipt) => {
                         done.insert(i, receipt);
                     }
-                    Event::Logprobs(_) => {}
+                    Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
                     Event::Error(err) => bail!("engine error: {err}"),
                     Event::Tokens(_) => {}
                 }

@@ -68,7 +68,7 @@ impl Side {
         while let Some(ev) = events.blocking_recv() {
             match ev {
                 Event::Tokens(t) => ids.extend(t),
-                Event::Logprobs(_) => {}
+                Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
                 Event::Error(e) => bail!("engine error: {e}"),
                 Event::Done(r) => return Ok((ids, r)),
             }

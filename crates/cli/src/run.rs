@@ -308,7 +308,7 @@ pub fn reply(
                     text += &piece;
                 }
             }
-            Some(Event::Logprobs(_)) => {}
+            Some(Event::Logprobs(_) | Event::PromptLogprobs(_)) => {}
             Some(Event::Error(e)) => bail!("generation failed: {e}"),
             Some(Event::Done(receipt)) => break receipt,
             None => bail!("the engine stopped before the reply finished"),

@@ -41,8 +41,12 @@ impl Ask {
     pub(crate) fn for_round(running: &[Seq], plans: &[Plan], rows: &[Row]) -> Ask {
         let windows = || plans.iter().filter(|p| p.window);
         let params = |p: &Plan| &running[p.seq].req.params;
-        // Log-probabilities are read from the logits rows.
-        if windows().any(|p| running[p.seq].req.logprobs.is_some()) {
+        // Log-probabilities are read from the logits rows (of windows and of prompts).
+        let wants = |p: &Plan| {
+            let r = &running[p.seq].req;
+            r.logprobs.is_some() || r.prompt_logprobs
+        };
+        if plans.iter().any(wants) {
             return Ask::Logits;
         }
         if windows().all(|p| params(p).draws_greedy()) {
@@ -107,7 +111,7 @@ impl Drawn<'_> {
 
 impl<'a> Drawn<'a> {
     /// Output row `r`'s logits, where the round brought them back.
-    fn row(self, r: usize) -> Option<&'a [f32]> {
+    pub(crate) fn row(self, r: usize) -> Option<&'a [f32]> {
         match self {
             Drawn::Logits(l, vocab) => Some(&l[r * vocab..(r + 1) * vocab]),
             Drawn::Picks(picks) => match &picks[r] {

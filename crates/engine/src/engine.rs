@@ -103,6 +103,15 @@ impl Plan {
     pub(crate) fn rows(&self) -> usize {
         1 + self.drafts.len() + self.branches.iter().map(Vec::len).sum::<usize>()
     }
+
+    /// The catch-up positions whose rows give a prompt token's log-probability (the next
+    /// position holds a prompt token), where the request asks for them; their rows come first.
+    pub(crate) fn prompt_rows(&self, s: &Seq) -> std::ops::Range<usize> {
+        match s.req.prompt_logprobs {
+            true => self.catch_up.start..self.catch_up.end.min(s.prompt_len() - 1),
+            false => 0..0,
+        }
+    }
 }
 
 pub struct Engine {
@@ -259,7 +268,11 @@ impl Engine {
             }
             // Reuse the longest cached prefix, leaving at least the last prompt token to run
             // (its logits draw the first reply token).
-            let reusable = (s.prompt_len() - 1) / BLOCK_SIZE;
+            // A request for the prompt's log-probabilities computes every prompt row.
+            let reusable = match s.req.prompt_logprobs {
+                true => 0,
+                false => (s.prompt_len() - 1) / BLOCK_SIZE,
+            };
             let hashes = chain_hashes(&self.salt, &[], &s.tokens, reusable);
             let cached = self.blocks.lookup(&hashes);
             let in_ram = cached.len();
@@ -331,7 +344,7 @@ impl Engine {
         });
         self.out = out;
         drop(rows);
-        let (secs, verdicts) = match result {
+        let (secs, (verdicts, prompt_logprobs)) = match result {
             Ok(r) => r,
             Err(e) => {
                 for p in &plans {
@@ -346,6 +359,12 @@ impl Engine {
         self.times.add(times::Part::Forward, t_forward, None);
         self.cost.observe_forward(total_rows, secs);
         let t_commit = self.times.start();
+        for (p, lps) in plans.iter().zip(prompt_logprobs) {
+            let s = &mut self.running[p.seq];
+            if !lps.is_empty() && s.events.send(Event::PromptLogprobs(lps)).is_err() {
+                s.finished = Some(FinishReason::Cancelled);
+            }
+        }
         self.commit(&plans, verdicts);
         self.index_blocks();
         self.reap();
@@ -610,12 +629,13 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
         for p in plans {
             let s = &running[p.seq];
             let last = s.tokens.len() - 1;
+            let prompt_rows = p.prompt_rows(s);
             for pos in p.catch_up.clone() {
                 rows.push(Row {
                     token: s.tokens[pos],
                     pos,
                     table: &s.table,
-                    logits: p.window && pos == last,
+                    logits: p.window && pos == last || prompt_rows.contains(&pos),
                     tree: None,
                 });
             }

@@ -19,6 +19,10 @@ pub struct Request {
     /// Each drawn token's log-probability and this many of its row's most likely tokens
     /// ([`Event::Logprobs`]); `None` = none (rounds may then skip the logits).
     pub logprobs: Option<usize>,
+    /// Also the log-probability of every prompt token after the first, each under the rows
+    /// before it ([`Event::PromptLogprobs`], with `logprobs` alternatives): the whole prompt
+    /// is computed (no cached prefix is reused).
+    pub prompt_logprobs: bool,
 }
 
 impl Request {
@@ -31,6 +35,7 @@ impl Request {
             ignore_eos: false,
             draft: true,
             logprobs: None,
+            prompt_logprobs: false,
         }
     }
 }
@@ -106,6 +111,9 @@ pub enum Event {
     /// The log-probabilities of the tokens of the next [`Event::Tokens`], one each, when the
     /// request asked for them.
     Logprobs(Vec<crate::logprobs::TokenLogprob>),
+    /// The log-probabilities of the next prompt tokens (from the second on, in order, before
+    /// any [`Event::Tokens`]), when the request asked for them.
+    PromptLogprobs(Vec<crate::logprobs::TokenLogprob>),
     Tokens(Vec<TokenId>),
     Error(String),
     Done(Receipt),

@@ -79,7 +79,7 @@ fn collect(rx: &mut UnboundedReceiver<Event>) -> Option<Run> {
     while let Ok(ev) = rx.try_recv() {
         match ev {
             Event::Tokens(t) => tokens.extend(t),
-            Event::Logprobs(_) => {}
+            Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
             Event::Error(e) => panic!("engine error: {e}"),
             Event::Done(receipt) => return Some(Run { tokens, receipt }),
         }
@@ -113,7 +113,7 @@ fn run_all(e: &mut Engine, reqs: Vec<(usize, Request)>) -> Vec<Run> {
             while let Ok(ev) = rx.try_recv() {
                 match ev {
                     Event::Tokens(t) => acc.entry(*i).or_default().extend(t),
-                    Event::Logprobs(_) => {}
+                    Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
                     Event::Error(err) => panic!("{err}"),
                     Event::Done(receipt) => {
                         let tokens = acc.remove(i).unwrap_or_default();

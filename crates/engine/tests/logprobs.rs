@@ -132,3 +132,50 @@ fn log_probabilities_are_the_log_softmax_of_the_rows_logits() {
         }
     }
 }
+
+#[test]
+fn prompt_log_probabilities_cover_every_prompt_token_in_chunked_prefill() {
+    let pair = pairs(CENTRED).swap_remove(2);
+    let vocab = VOCAB;
+    let mut req = with_logprobs(6, true, 2);
+    req.prompt = prompt(6, 100);
+    req.prompt_logprobs = true;
+    let logits = direct_logits(&pair.target, &req.prompt);
+    // Prefill in chunks of 24 rows, beside another request; then again with the prompt's
+    // blocks in the prefix cache (they must not be reused).
+    let config = tf_engine::EngineConfig {
+        max_step_rows: 24,
+        ..drafting(2)
+    };
+    let mut b = bench(&pair.target, Some(&pair.draft), 2, config, KV_POSITIONS);
+    let first = run_all(
+        &mut b,
+        vec![(0, req.clone()), (0, request(8, false, 60, 16))],
+    );
+    let again = run_all(&mut b, vec![(0, req.clone())]);
+    let serial = serial(&pair.target, &req);
+    for run in [&first[0], &again[0], &serial] {
+        assert_eq!(run.prompt_logprobs.len(), req.prompt.len() - 1);
+        assert_same_logprobs(&run.prompt_logprobs, &serial.prompt_logprobs, "prompt");
+        assert_same(run, &serial, "reply");
+        assert_same_logprobs(&run.logprobs, &serial.logprobs, "reply");
+    }
+    assert_eq!(
+        again[0].receipt.cached_tokens, 0,
+        "the prompt is computed whole"
+    );
+    assert!(first[1].prompt_logprobs.is_empty());
+    for (i, e) in serial.prompt_logprobs.iter().enumerate() {
+        let row = &logits[i * vocab..][..vocab];
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+        let want = (row[e.token as usize] as f64 - max) - z.ln();
+        assert_eq!(e.token, req.prompt[i + 1]);
+        assert!(
+            (e.logprob as f64 - want).abs() < 1e-5,
+            "prompt token {}",
+            i + 1
+        );
+        assert_eq!(e.top.len(), 2);
+    }
+}

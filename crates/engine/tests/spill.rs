@@ -325,7 +325,7 @@ fn the_engine_thread_writes_its_cache_out_when_its_handles_are_gone() {
         match events.blocking_recv().expect("a Done event") {
             Event::Tokens(t) => reply.extend(t),
             Event::Done(_) => break,
-            Event::Logprobs(_) => {}
+            Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
             Event::Error(e) => panic!("{e}"),
         }
     }

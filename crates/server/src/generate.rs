@@ -30,6 +30,8 @@ pub struct GenRequest {
     pub draft: bool,
     /// Each reply token's log-probability and this many alternatives (`None` = none).
     pub logprobs: Option<usize>,
+    /// Also the prompt tokens' log-probabilities (the completions API's `echo`).
+    pub prompt_logprobs: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +55,8 @@ pub struct Outcome {
     pub tokens: Vec<TokenId>,
     /// One per token of `tokens` where the request asked for log-probabilities, else empty.
     pub logprobs: Vec<TokenLogprob>,
+    /// One per prompt token after the first where the request asked for them, else empty.
+    pub prompt_logprobs: Vec<TokenLogprob>,
     pub token_sha: String,
     pub receipt: Receipt,
     pub e2e_secs: f64,
@@ -77,6 +81,7 @@ pub struct Generation {
     /// (one each), and how many of those [`Generation::take_logprobs`] handed out.
     lp_queue: VecDeque<TokenLogprob>,
     logprobs: Vec<TokenLogprob>,
+    prompt_logprobs: Vec<TokenLogprob>,
     lp_taken: usize,
     error: Option<String>,
     started: Instant,
@@ -114,6 +119,7 @@ impl Generation {
             ignore_eos: req.ignore_eos,
             draft: req.draft,
             logprobs: req.logprobs,
+            prompt_logprobs: req.prompt_logprobs,
         };
         // Harmony replies keep their control tokens: the reply parser reads the channels.
         let decoder = StreamDecoder::new(backend.tool_format != ToolFormat::Harmony);
@@ -134,6 +140,7 @@ impl Generation {
             tokens: Vec::new(),
             lp_queue: VecDeque::new(),
             logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
             lp_taken: 0,
             error: None,
             started,
@@ -163,6 +170,7 @@ impl Generation {
                     }
                 }
                 Some(Event::Logprobs(lps)) => self.lp_queue.extend(lps),
+                Some(Event::PromptLogprobs(lps)) => self.prompt_logprobs.extend(lps),
                 Some(Event::Error(message)) => self.error = Some(message),
                 Some(Event::Done(receipt)) => return Some(self.finish(receipt)),
                 None => {
@@ -200,6 +208,11 @@ impl Generation {
             }
         }
         unreachable!("a generation always ends with its outcome")
+    }
+
+    /// The prompt tokens' log-probabilities (all of them once the reply's first text came).
+    pub fn prompt_logprobs(&self) -> &[TokenLogprob] {
+        &self.prompt_logprobs
     }
 
     /// The log-probabilities of the reply's tokens taken in since the last call (none unless
@@ -286,6 +299,7 @@ impl Generation {
             token_sha: sha,
             tokens: std::mem::take(&mut self.tokens),
             logprobs: self.logprobs.clone(),
+            prompt_logprobs: std::mem::take(&mut self.prompt_logprobs),
             receipt,
             e2e_secs,
         });

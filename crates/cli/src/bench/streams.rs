@@ -70,7 +70,7 @@ fn run_together(engine: &mut Engine, reqs: &[Request]) -> Result<Vec<Arrivals>> 
             while let Ok(ev) = rx.try_recv() {
                 match ev {
                     Event::Tokens(t) if !t.is_empty() => events[i].push((now, t.len())),
-                    Event::Tokens(_) | Event::Logprobs(_) => {}
+                    Event::Tokens(_) | Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
                     Event::Error(e) => bail!("stream {i}: engine error: {e}"),
                     Event::Done(r) => {
                         done[i] = Some(r);

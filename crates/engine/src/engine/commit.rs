@@ -6,6 +6,7 @@
 use super::{Engine, Plan};
 use crate::cost::MAX_DRAFT;
 use crate::draw::{accept, Drawn, Verdict};
+use crate::logprobs::{token_logprob, TokenLogprob};
 use crate::proposer::SourceId;
 use crate::request::{Event, FinishReason};
 use crate::sampler::Sampler;
@@ -14,25 +15,40 @@ use std::time::Instant;
 
 impl Engine {
     /// Draw and accept every planned window (verdicts in plan order, `None` for plans without
-    /// a window).
+    /// a window), and read the log-probabilities of the prompt tokens whose rows the plans
+    /// computed for that (in plan order; empty where none).
     pub(super) fn accept_all(
         sampler: &mut Sampler,
         running: &[Seq],
         plans: &[Plan],
         drawn: Drawn,
-    ) -> Vec<Option<Verdict>> {
+    ) -> (Vec<Option<Verdict>>, Vec<Vec<TokenLogprob>>) {
         let mut at = 0;
-        plans
+        let mut prompt = Vec::with_capacity(plans.len());
+        let verdicts = plans
             .iter()
             .map(|p| {
+                let s = &running[p.seq];
+                // A plan's prompt rows come before its window's.
+                let rows = p.prompt_rows(s);
+                let top = s.req.logprobs.unwrap_or(0);
+                let lps: Vec<TokenLogprob> = (rows.clone().enumerate())
+                    .map(|(i, pos)| {
+                        let row = drawn.row(at + i).expect("prompt rows bring logits back");
+                        token_logprob(row, s.tokens[pos + 1], top)
+                    })
+                    .collect();
+                at += lps.len();
+                prompt.push(lps);
                 if !p.window {
                     return None;
                 }
-                let v = accept(drawn, sampler, &running[p.seq], p, at);
+                let v = accept(drawn, sampler, s, p, at);
                 at += p.rows();
                 Some(v)
             })
-            .collect()
+            .collect();
+        (verdicts, prompt)
     }
 
     /// Commit and emit every planned window's verdict.

@@ -253,6 +253,8 @@ pub struct Run {
     pub tokens: Vec<TokenId>,
     /// One per token where the request asked for log-probabilities.
     pub logprobs: Vec<tf_engine::TokenLogprob>,
+    /// One per prompt token after the first where the request asked for them.
+    pub prompt_logprobs: Vec<tf_engine::TokenLogprob>,
     pub receipt: Receipt,
 }
 
@@ -270,6 +272,7 @@ pub fn run_all(b: &mut Bench, reqs: Vec<(usize, Request)>) -> Vec<Run> {
     let mut rxs: HashMap<usize, (SeqId, UnboundedReceiver<Event>)> = HashMap::new();
     let mut acc: HashMap<usize, Vec<TokenId>> = HashMap::new();
     let mut lps: HashMap<usize, Vec<tf_engine::TokenLogprob>> = HashMap::new();
+    let mut prompt_lps: HashMap<usize, Vec<tf_engine::TokenLogprob>> = HashMap::new();
     let mut done: HashMap<usize, Run> = HashMap::new();
     let mut step = 0;
     while done.len() < n {
@@ -294,6 +297,7 @@ pub fn run_all(b: &mut Bench, reqs: Vec<(usize, Request)>) -> Vec<Run> {
                         );
                     }
                     Event::Logprobs(l) => lps.entry(*i).or_default().extend(l),
+                    Event::PromptLogprobs(l) => prompt_lps.entry(*i).or_default().extend(l),
                     Event::Error(err) => panic!("engine error: {err}"),
                     Event::Done(receipt) => {
                         let tokens = acc.remove(i).unwrap_or_default();
@@ -301,6 +305,7 @@ pub fn run_all(b: &mut Bench, reqs: Vec<(usize, Request)>) -> Vec<Run> {
                             id: *id,
                             tokens,
                             logprobs: lps.remove(i).unwrap_or_default(),
+                            prompt_logprobs: prompt_lps.remove(i).unwrap_or_default(),
                             receipt,
                         };
                         assert!(done.insert(*i, run).is_none());

@@ -229,6 +229,7 @@ pub async fn start(
         ignore_eos: gen.ignore_eos,
         draft: gen.draft,
         logprobs: gen.logprobs,
+        prompt_logprobs: false,
     };
     let generation = Generation::start(state.clone(), backend.clone(), request).await?;
     Ok((generation, rendered))

@@ -55,21 +55,35 @@ pub fn chat_logprobs(backend: &Backend, lps: &[TokenLogprob]) -> Vec<Value> {
         .collect()
 }
 
-/// The completions API's `logprobs` object for `lps`, text offsets counted (in characters) from
+/// The reply tokens of `lps` for [`completion_logprobs`] (an end-of-generation token left out).
+pub fn reply_items<'a>(
+    backend: &'a Backend,
+    lps: &'a [TokenLogprob],
+) -> impl Iterator<Item = (tf_core::TokenId, Option<&'a TokenLogprob>)> {
+    shown(backend, lps).map(|lp| (lp.token, Some(lp)))
+}
+
+/// The completions API's `logprobs` object for `items` (each token and, but for an echoed
+/// prompt's first token, its log-probability), text offsets counted in characters from
 /// `offset`; returns it and the offset after the last token.
-pub fn completion_logprobs(
+pub fn completion_logprobs<'a>(
     backend: &Backend,
-    lps: &[TokenLogprob],
+    items: impl Iterator<Item = (tf_core::TokenId, Option<&'a TokenLogprob>)>,
     offset: usize,
 ) -> (Value, usize) {
     let (mut tokens, mut values, mut tops, mut offsets) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut at = offset;
-    for lp in shown(backend, lps) {
-        let (t, _) = token_text(backend, lp.token);
+    for (id, lp) in items {
+        let (t, _) = token_text(backend, id);
         offsets.push(at);
         at += t.chars().count();
         tokens.push(t);
+        let Some(lp) = lp else {
+            values.push(Value::Null);
+            tops.push(Value::Null);
+            continue;
+        };
         values.push(logprob_json(lp.logprob));
         let mut top = Map::new();
         for &(id, v) in &lp.top {

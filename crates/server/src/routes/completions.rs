@@ -100,16 +100,15 @@ pub async fn handle(State(state): State<SharedState>, JsonBody(body): JsonBody) 
 async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
     let f = Fields::new(&body)?;
     state.check_model(f.str("model")?)?;
-    if f.bool("echo")? == Some(true) {
-        return Err(ApiError::invalid(
-            "echo",
-            "'echo' is not supported (only false)",
-        ));
-    }
     if f.uint("best_of", 1)?.is_some_and(|b| b > 1) {
         return Err(ApiError::invalid("best_of", "'best_of' must be 1"));
     }
-    let mut gen = params::read(&f, &state.config.defaults, &["max_tokens"], "stop")?;
+    let echo = f.bool("echo")?.unwrap_or(false);
+    // `echo` with `max_tokens: 0` scores the prompt alone (lm-evaluation-harness): one token is
+    // drawn and left out of the reply.
+    let prompt_only = echo && f.get("max_tokens").is_some_and(|v| v == &json!(0));
+    let max_keys: &[&str] = if prompt_only { &[] } else { &["max_tokens"] };
+    let mut gen = params::read(&f, &state.config.defaults, max_keys, "stop")?;
     gen.logprobs = params::completion_logprobs(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.object("stream_options")? {
@@ -121,43 +120,75 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         let (backend, value) = (backend.clone(), f.get("prompt").cloned());
         crate::blocking::run(move || prompt_ids(&backend, value.as_ref())).await?
     };
-    let max_tokens = params::reply_length(
-        "prompt",
-        prompt.len(),
-        gen.max_tokens.as_ref(),
-        backend.context,
-        state.config.max_tokens,
-        params::Wording::OpenAi,
-    )?;
+    let max_tokens = match prompt_only {
+        true => 1,
+        false => params::reply_length(
+            "prompt",
+            prompt.len(),
+            gen.max_tokens.as_ref(),
+            backend.context,
+            state.config.max_tokens,
+            params::Wording::OpenAi,
+        )?,
+    };
+    if prompt.len() + max_tokens > backend.context {
+        return Err(ApiError::context_exceeded(
+            format!(
+                "This model's maximum context length is {} tokens, and the prompt has {} tokens.",
+                backend.context,
+                prompt.len()
+            ),
+            "prompt",
+        ));
+    }
+    // The echoed text: the prompt string as sent, or its ids decoded.
+    let echoed = echo.then(|| match f.get("prompt") {
+        Some(Value::String(t)) => t.clone(),
+        _ => backend.tokenizer.decode(&prompt, false),
+    });
+    let logprobs = gen.logprobs.is_some();
     let request = GenRequest {
-        prompt,
+        prompt: prompt.clone(),
         params: gen.params,
         max_tokens,
         stop: gen.stop,
         ignore_eos: gen.ignore_eos,
         draft: gen.draft,
         logprobs: gen.logprobs,
+        prompt_logprobs: echo && logprobs,
     };
-    let logprobs = gen.logprobs.is_some();
     let generation = Generation::start(state.clone(), backend.clone(), request).await?;
     let head = Head {
         id: common::new_id("cmpl-"),
         created: common::now_secs(),
         model: state.config.model_id.clone(),
         backend: logprobs.then_some(backend),
+        echo: echoed.map(|text| (text, prompt)),
+        prompt_only,
     };
     if stream {
         return Ok(Sse::new(events(generation, head, include_usage))
             .keep_alive(KeepAlive::default())
             .into_response());
     }
-    let (text, outcome) = generation.collect().await;
+    let (text, mut outcome) = generation.collect().await;
     if let Finish::Error(message) = &outcome.finish {
         return Err(ApiError::internal(message.clone()));
     }
-    let mut body = head.chunk(&text, Some(common::finish_reason(&outcome.finish, false)));
+    let (text, finish) = match prompt_only {
+        true => (String::new(), "length"),
+        false => (text, common::finish_reason(&outcome.finish, false)),
+    };
+    let (echo_text, echo_lp) = head.echo_part(&outcome.prompt_logprobs);
+    let mut body = head.chunk(&format!("{echo_text}{text}"), Some(finish));
     if let Some(b) = &head.backend {
-        body["choices"][0]["logprobs"] = common::completion_logprobs(b, &outcome.logprobs, 0).0;
+        let reply: &[_] = if prompt_only { &[] } else { &outcome.logprobs };
+        let items = echo_lp.into_iter().chain(common::reply_items(b, reply));
+        body["choices"][0]["logprobs"] = common::completion_logprobs(b, items, 0).0;
+    }
+    if prompt_only {
+        outcome.receipt.completion_tokens = 0;
+        outcome.tokens.clear();
     }
     body["usage"] = common::usage_json(&outcome, 0);
     body["tensorfold"] = common::receipt_json(&outcome);
@@ -170,9 +201,29 @@ struct Head {
     model: String,
     /// Where the request asked for log-probabilities: the tokenizer's model.
     backend: Option<std::sync::Arc<crate::state::Backend>>,
+    /// `echo`: the prompt's text and ids, sent before the reply.
+    echo: Option<(String, Vec<TokenId>)>,
+    /// `echo` with `max_tokens: 0`: the reply is left out.
+    prompt_only: bool,
 }
 
+/// One token for `common::completion_logprobs`.
+type Item<'a> = (TokenId, Option<&'a tf_engine::TokenLogprob>);
+
 impl Head {
+    /// The echoed prompt: its text, and its tokens with their log-probabilities (the first
+    /// has none).
+    fn echo_part<'a>(
+        &'a self,
+        prompt_lps: &'a [tf_engine::TokenLogprob],
+    ) -> (&'a str, Vec<Item<'a>>) {
+        let Some((text, ids)) = &self.echo else {
+            return ("", Vec::new());
+        };
+        let lps = std::iter::once(None).chain(prompt_lps.iter().map(Some));
+        (text, ids.iter().copied().zip(lps).collect())
+    }
+
     fn chunk(&self, text: &str, finish: Option<&str>) -> Value {
         json!({
             "id": self.id,
@@ -205,12 +256,32 @@ impl Head {
     }
 }
 
-/// Where a stream stands: the reply's tokens whose log-probabilities were sent, and the text
-/// offset after them.
+/// Where a stream stands: whether the echo went out, the reply's tokens whose
+/// log-probabilities were sent, and the text offset after them.
 #[derive(Default)]
 struct Sent {
+    echoed: bool,
     tokens: usize,
     offset: usize,
+}
+
+impl Head {
+    /// The echo chunk (the prompt, with its log-probabilities where asked): sent once, before
+    /// the reply's first text, when the prompt's log-probabilities have all come.
+    fn echo_chunk(&self, generation: &Generation, sent: &mut Sent) -> Option<Value> {
+        if sent.echoed || self.echo.is_none() {
+            return None;
+        }
+        sent.echoed = true;
+        let (text, items) = self.echo_part(generation.prompt_logprobs());
+        let mut chunk = self.chunk(text, None);
+        if let Some(b) = &self.backend {
+            let (v, end) = common::completion_logprobs(b, items.into_iter(), 0);
+            chunk["choices"][0]["logprobs"] = v;
+            sent.offset = end;
+        }
+        Some(chunk)
+    }
 }
 
 fn events(
@@ -222,31 +293,47 @@ fn events(
         Some((generation, head, Sent::default())),
         move |st| async move {
             let (mut generation, head, mut sent) = st?;
-            match generation.next().await? {
+            let step = generation.next().await?;
+            let mut events: Vec<Event> = Vec::new();
+            if let Some(chunk) = head.echo_chunk(&generation, &mut sent) {
+                events.push(data(&chunk));
+            }
+            match step {
+                Step::Text(_) if head.prompt_only => {
+                    generation.take_logprobs();
+                    Some((events, Some((generation, head, sent))))
+                }
                 Step::Text(t) => {
                     let mut chunk = head.chunk(&t, None);
                     if let Some(b) = &head.backend {
                         let lps = generation.take_logprobs();
-                        let (v, at) = common::completion_logprobs(b, &lps, sent.offset);
+                        let items = common::reply_items(b, &lps);
+                        let (v, at) = common::completion_logprobs(b, items, sent.offset);
                         chunk["choices"][0]["logprobs"] = v;
-                        sent = Sent {
-                            tokens: sent.tokens + lps.len(),
-                            offset: at,
-                        };
+                        sent.tokens += lps.len();
+                        sent.offset = at;
                     }
-                    Some((vec![data(&chunk)], Some((generation, head, sent))))
+                    events.push(data(&chunk));
+                    Some((events, Some((generation, head, sent))))
                 }
-                Step::Done(outcome) => {
-                    let mut events = head.end(&outcome, include_usage);
-                    let rest = outcome.logprobs.get(sent.tokens..).unwrap_or(&[]);
+                Step::Done(mut outcome) => {
                     let failed = matches!(outcome.finish, Finish::Error(_));
+                    if head.prompt_only && !failed {
+                        outcome.receipt.completion_tokens = 0;
+                        outcome.tokens.clear();
+                        outcome.logprobs.clear();
+                        outcome.finish = Finish::Length;
+                    }
+                    let rest = outcome.logprobs.get(sent.tokens..).unwrap_or(&[]);
                     if let (Some(b), false) = (&head.backend, rest.is_empty() || failed) {
                         // The last tokens' log-probabilities ride on an empty text chunk.
                         let mut chunk = head.chunk("", None);
+                        let items = common::reply_items(b, rest);
                         chunk["choices"][0]["logprobs"] =
-                            common::completion_logprobs(b, rest, sent.offset).0;
-                        events.insert(0, data(&chunk));
+                            common::completion_logprobs(b, items, sent.offset).0;
+                        events.push(data(&chunk));
                     }
+                    events.extend(head.end(&outcome, include_usage));
                     Some((events, None))
                 }
             }

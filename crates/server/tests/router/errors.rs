@@ -312,18 +312,32 @@ async fn unsupported_options() {
         "at most 20",
     );
     let base = json!({"prompt": "def f():", "max_tokens": 8, "temperature": 0});
+    // `max_tokens: 0` only scores an echoed prompt.
     let r = post(
         &state,
         "/v1/completions",
-        &with(base.clone(), "echo", json!(true)),
+        &with(base.clone(), "max_tokens", json!(0)),
+    )
+    .await;
+    assert_openai_error(
+        &r,
+        400,
+        Some("max_tokens"),
+        Some("invalid_value"),
+        "at least 1",
+    );
+    let r = post(
+        &state,
+        "/v1/completions",
+        &with(base.clone(), "echo", json!("yes")),
     )
     .await;
     assert_openai_error(
         &r,
         400,
         Some("echo"),
-        Some("invalid_value"),
-        "'echo' is not supported",
+        Some("invalid_type"),
+        "must be a boolean",
     );
     for (logprobs, code, message) in [
         (json!(true), "invalid_type", "must be an integer"),
