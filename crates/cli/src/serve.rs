@@ -108,6 +108,12 @@ pub struct ServeArgs {
     /// Requests allowed to wait for room; beyond this, 503 with Retry-After.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_queue: usize,
+    /// Do not serve the /dashboard page (/stats stays).
+    #[arg(long)]
+    pub no_dashboard: bool,
+    /// No live status line on the terminal (it is shown only when stderr is one).
+    #[arg(long)]
+    pub no_live: bool,
 }
 
 /// `--parallel`: a number, or `None` for `auto`.
@@ -181,6 +187,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     config.max_connections = args.max_connections as usize;
     config.header_timeout = std::time::Duration::from_secs(args.header_timeout.into());
     config.body_timeout = std::time::Duration::from_secs(args.body_timeout.into());
+    config.dashboard = !args.no_dashboard;
     let state = AppState::new(config);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -320,6 +327,12 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     let shutdown_handle = backend.engine.clone();
     state.set_backend(backend);
     eprintln!("TensorFold ready: listening on http://{bound} (OpenAI API at http://{bound}/v1)");
+    if !args.no_dashboard {
+        eprintln!("dashboard: http://{bound}/dashboard");
+    }
+    if !args.no_live && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        runtime.spawn(live_line(state.clone()));
+    }
     // Ctrl-C or SIGTERM: write the prompt cache to disk (when there is a disk tier), then stop.
     let result = runtime.block_on(async move {
         tokio::select! {
@@ -337,6 +350,22 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         None | Some(Ok(Ok(()))) => Ok(()),
         Some(Ok(Err(e))) => Err(anyhow!(e).context("the HTTP server failed")),
         Some(Err(e)) => Err(anyhow!(e).context("the HTTP server task failed")),
+    }
+}
+
+/// Rewrites one status line on the terminal every second (request log lines clear it first).
+async fn live_line(state: tf_server::SharedState) {
+    use std::io::Write;
+    use tf_server::routes::dashboard::{status_line, LIVE_LINE};
+    LIVE_LINE.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Some(line) = status_line(&state).await {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K{line}");
+            let _ = err.flush();
+        }
     }
 }
 

@@ -125,6 +125,10 @@ pub struct Engine {
     next_id: SeqId,
     pub config: EngineConfig,
     round: usize,
+    /// Tokens run through the model since the start: prompt rows (prefill and catch-up), and
+    /// reply tokens sent.
+    prefilled: u64,
+    generated: u64,
     /// Where the wall time goes (`TENSORFOLD_ENGINE_TIMES=1`).
     times: times::Times,
     sampler: Sampler,
@@ -154,6 +158,8 @@ impl Engine {
             next_id: 1,
             config,
             round: 0,
+            prefilled: 0,
+            generated: 0,
             times: times::Times::from_env(),
             sampler: Sampler::new(),
             salt,
@@ -329,6 +335,7 @@ impl Engine {
         self.times.add(times::Part::Schedule, t_schedule, None);
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
+        self.prefilled += plans.iter().map(|p| p.catch_up.len() as u64).sum::<u64>();
         let t = Instant::now();
         let t_forward = self.times.start();
         let ask = Ask::for_round(&self.running, &plans, &rows);
@@ -699,6 +706,11 @@ impl Engine {
     }
 
     /// Prefix cache counters.
+    /// (prompt rows run, reply tokens sent) since the engine started.
+    pub fn token_totals(&self) -> (u64, u64) {
+        (self.prefilled, self.generated)
+    }
+
     pub fn cache_stats(&self) -> CacheStats {
         self.blocks.stats
     }

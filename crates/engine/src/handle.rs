@@ -33,6 +33,9 @@ pub struct EngineStats {
     pub cache: crate::blocks::CacheStats,
     /// The prefix cache's disk tier, if it has one.
     pub spill: Option<crate::spill::SpillStats>,
+    /// Prompt rows run and reply tokens sent since the engine started.
+    pub prefilled_tokens: u64,
+    pub generated_tokens: u64,
 }
 
 /// Cheap to clone; the engine thread stops when every handle is gone and it is idle (after
@@ -142,6 +145,8 @@ fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
                     cached_blocks: engine.cached_blocks(),
                     cache: engine.cache_stats(),
                     spill: engine.spill_stats(),
+                    prefilled_tokens: engine.token_totals().0,
+                    generated_tokens: engine.token_totals().1,
                 });
             }
             Command::SpillAll(reply) => {

@@ -1,5 +1,6 @@
 //! API keys: `Authorization: Bearer KEY` (OpenAI clients) or `x-api-key: KEY` (Anthropic
-//! clients), compared in constant time. `/health` stays open so that load balancers can probe.
+//! clients), compared in constant time. `/health` stays open so that load balancers can probe,
+//! and `/dashboard`'s page (no data in it) so that a browser can load it.
 
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
@@ -37,7 +38,8 @@ pub async fn require_key(State(state): State<SharedState>, req: Request, next: N
     let Some(expected) = state.config.api_key.as_deref() else {
         return next.run(req).await;
     };
-    if req.uri().path() == "/health" {
+    // The dashboard page holds no data (it sends the key from its URL fragment to /stats).
+    if ["/health", "/dashboard"].contains(&req.uri().path()) {
         return next.run(req).await;
     }
     let error = match presented_key(req.headers()) {

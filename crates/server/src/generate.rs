@@ -326,9 +326,15 @@ fn log_line(id: SeqId, finish: &Finish, r: &Receipt, sha: &str, completion: usiz
         0.0
     };
     eprintln!(
-        "request {id}: {finish}, prompt {} (cached {}), reply {completion} tokens, ttft {:.3}s, \
+        "{}request {id}: {finish}, prompt {} (cached {}), reply {completion} tokens, ttft {:.3}s, \
          {tps:.1} tok/s, drafted {} accepted {}, {:.3}s total, token_sha {sha}",
-        r.prompt_tokens, r.cached_tokens, r.ttft_secs, r.drafted, r.accepted, e2e_secs
+        crate::routes::dashboard::clear_prefix(),
+        r.prompt_tokens,
+        r.cached_tokens,
+        r.ttft_secs,
+        r.drafted,
+        r.accepted,
+        e2e_secs
     );
 }
 
@@ -338,7 +344,8 @@ impl Drop for Generation {
             self.backend.engine.cancel(self.id);
             self.state.metrics.disconnected();
             eprintln!(
-                "request {}: client went away after {} tokens; cancelled",
+                "{}request {}: client went away after {} tokens; cancelled",
+                crate::routes::dashboard::clear_prefix(),
                 self.id,
                 self.tokens.len()
             );

@@ -24,7 +24,7 @@ use axum::{middleware, Router};
 pub use error::{ApiError, ApiResult};
 pub use state::{AppState, Backend, SamplingDefaults, ServerConfig, SharedState, ToolFormat};
 
-use routes::{chat, completions, info, messages, responses};
+use routes::{chat, completions, dashboard, info, messages, responses};
 
 /// Every route, with the body limit and the API key check.
 pub fn router(state: SharedState) -> Router {
@@ -32,6 +32,8 @@ pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
+        .route("/stats", get(dashboard::stats))
+        .route("/dashboard", get(dashboard::page))
         .route("/v1/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
         .route("/tokenize", post(info::tokenize))
@@ -81,6 +83,7 @@ pub fn tool_format_of(template_source: &str) -> ToolFormat {
 /// closed, so a flood of idle sockets cannot starve the file table).
 pub async fn serve(listener: tokio::net::TcpListener, state: SharedState) -> std::io::Result<()> {
     let (header_timeout, cap) = (state.config.header_timeout, state.config.max_connections);
+    tokio::spawn(dashboard::sample(state.clone()));
     let app = router(state);
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(cap));
     loop {

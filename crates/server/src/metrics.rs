@@ -1,6 +1,7 @@
 //! `/metrics` in the Prometheus text format. Names follow vLLM's (`vllm:num_requests_running`
 //! → `tensorfold:num_requests_running`) where vLLM has one, so existing dashboards carry over.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -58,6 +59,22 @@ pub struct Metrics {
     accepted: AtomicU64,
     ttft: Mutex<Histogram>,
     e2e: Mutex<Histogram>,
+    /// Drafted and accepted guesses per source, over finished requests.
+    sources: Mutex<BTreeMap<&'static str, (u64, u64)>>,
+    /// The last requests' receipts, newest last (`RECENT` at most).
+    recent: Mutex<VecDeque<Recent>>,
+}
+
+/// Receipts the dashboard lists.
+pub const RECENT: usize = 20;
+
+/// A finished request, as `/stats` lists it.
+#[derive(Clone, Debug)]
+pub struct Recent {
+    pub receipt: Receipt,
+    pub completion_tokens: usize,
+    /// Seconds since the Unix epoch when it ended.
+    pub ended: f64,
 }
 
 impl Metrics {
@@ -81,6 +98,51 @@ impl Metrics {
             .fetch_add(completion_tokens as u64, Relaxed);
         self.drafted.fetch_add(receipt.drafted as u64, Relaxed);
         self.accepted.fetch_add(receipt.accepted as u64, Relaxed);
+        let mut sources = self.sources.lock().unwrap();
+        for s in &receipt.sources {
+            let e = sources.entry(s.name()).or_default();
+            e.0 += s.drafted as u64;
+            e.1 += s.accepted as u64;
+        }
+        drop(sources);
+        let mut recent = self.recent.lock().unwrap();
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        let ended = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        recent.push_back(Recent {
+            receipt: receipt.clone(),
+            completion_tokens,
+            ended,
+        });
+    }
+
+    /// (source, drafted, accepted) over finished requests.
+    pub fn sources(&self) -> Vec<(&'static str, u64, u64)> {
+        (self.sources.lock().unwrap().iter())
+            .map(|(&n, &(d, a))| (n, d, a))
+            .collect()
+    }
+
+    /// The last finished requests, newest last.
+    pub fn recent(&self) -> Vec<Recent> {
+        self.recent.lock().unwrap().iter().cloned().collect()
+    }
+
+    /// Counters as `/metrics` reports them: (prompt tokens, cached prompt tokens, generated
+    /// tokens, drafted, accepted, successes, failures).
+    pub fn totals(&self) -> [u64; 7] {
+        [
+            self.prompt_tokens.load(Relaxed),
+            self.cached_prompt_tokens.load(Relaxed),
+            self.generation_tokens.load(Relaxed),
+            self.drafted.load(Relaxed),
+            self.accepted.load(Relaxed),
+            self.success.load(Relaxed),
+            self.failures.load(Relaxed),
+        ]
     }
 
     pub fn failed(&self) {

@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub body_timeout: std::time::Duration,
     /// Open connections at most; one more is answered 503 and closed.
     pub max_connections: usize,
+    /// Serve `/dashboard` (the page; `/stats` is always there).
+    pub dashboard: bool,
 }
 
 impl ServerConfig {
@@ -57,6 +59,7 @@ impl ServerConfig {
             header_timeout: std::time::Duration::from_secs(30),
             body_timeout: std::time::Duration::from_secs(60),
             max_connections: 1024,
+            dashboard: true,
         }
     }
 
@@ -129,6 +132,8 @@ pub struct AppState {
     backend: OnceLock<Arc<Backend>>,
     pub metrics: Metrics,
     pub store: ResponseStore,
+    /// The engine's load once a second (`routes::dashboard::sample`), for `/stats`.
+    pub series: crate::routes::dashboard::Series,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -141,6 +146,7 @@ impl AppState {
             backend: OnceLock::new(),
             metrics: Metrics::default(),
             store,
+            series: Default::default(),
         })
     }
 

@@ -156,6 +156,7 @@ impl Engine {
                     s.finished = Some(FinishReason::Cancelled);
                 }
             }
+            self.generated += kept.len() as u64;
             if s.events.send(Event::Tokens(kept)).is_err() {
                 s.finished = Some(FinishReason::Cancelled);
             }

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod dashboard;
 pub mod info;
 pub mod messages;
 pub mod responses;
