@@ -13,7 +13,9 @@
 // A sliding-window layer (`window` > 0) shows a row only its last `window` positions: the
 // chunks from the one holding its first key, the keys before that key scored -inf (so their
 // exponentials are exactly 0), as `tf_kernels::attention` defines it. With `softcap` > 0 each
-// score is soft-capped after the scale (`cap * tanh(s / cap)`).
+// score is soft-capped after the scale (`cap * tanh(s / cap)`). With `sinks` (gpt-oss; null =
+// none) head h's sink logit is merged after the last chunk as a chunk of one score whose value
+// is zero (`attn_sink`).
 
 #define KEY_CHUNK 32
 #define MAX_GROUP 16
@@ -150,11 +152,22 @@ __device__ __forceinline__ void attn_merge(bool first, float cm, float cl, float
     }
 }
 
+// The sink s merged into a head's state (max M, sum L, output o): the chunk merge with l = 1
+// and a zero value.
+__device__ __forceinline__ void attn_sink(float s, float bm, float& bl, float& o) {
+    const float nm = fmaxf(bm, s);
+    const float a = canon_exp(__fsub_rn(bm, nm));
+    const float b = canon_exp(__fsub_rn(s, nm));
+    bl = __fadd_rn(__fmul_rn(bl, a), b);
+    o = __fmul_rn(o, a);
+}
+
 // One pass per (row, KV head): chunks in order, merged as they come.
 extern "C" __global__ void attention(const float* q, const kv_t* kc, const kv_t* vc,
                                      const int* meta, const int* tables, const int* remaps,
                                      int n_heads, int n_kv_heads, int hd, float scale,
-                                     int window, float softcap, float* out) {
+                                     int window, float softcap, const float* sinks,
+                                     float* out) {
     pdl_enter();
     __shared__ AttnSmem sm;
     const int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x;
@@ -189,7 +202,9 @@ extern "C" __global__ void attention(const float* q, const kv_t* kc, const kv_t*
 #pragma unroll
         for (int g = 0; g < MAX_GROUP; g++) {
             if (g >= g_n) break;
-            orow[g * hd + t] = bl[g] > 0.0f ? __fdiv_rn(o[g], bl[g]) : o[g];
+            float l = bl[g], v = o[g];
+            if (sinks) attn_sink(sinks[kvh * g_n + g], bm[g], l, v);
+            orow[g * hd + t] = l > 0.0f ? __fdiv_rn(v, l) : v;
         }
     }
 }
@@ -233,11 +248,11 @@ extern "C" __global__ void attention_split(const float* q, const kv_t* kc, const
 }
 
 // Dimension t of row r's head h (chunks cb .. n_chunks): its chunks' partials folded from
-// chunk cb with the merge above, then o / L. Each chunk's loads wait for the previous chunk's fold: for
+// chunk cb with the merge above, then the sink (where `sinks`), then o / L. Each chunk's loads wait for the previous chunk's fold: for
 // the few chunks of a short context.
 __device__ __forceinline__ float attn_merged(int cb, int n_chunks, int r, int n_heads, int h, int hd,
                                              int t, int max_chunks, const float* part_ml,
-                                             const float* part_o) {
+                                             const float* part_o, const float* sinks) {
     const size_t base = ((size_t)r * n_heads + h) * max_chunks;
     float bm = NEG_INF, bl = 0.0f, o = 0.0f;
 #pragma unroll 8
@@ -245,6 +260,7 @@ __device__ __forceinline__ float attn_merged(int cb, int n_chunks, int r, int n_
         attn_merge(c == cb, part_ml[2 * (base + c)], part_ml[2 * (base + c) + 1],
                    part_o[(base + c) * hd + t], bm, bl, o);
     }
+    if (sinks) attn_sink(sinks[h], bm, bl, o);
     return bl > 0.0f ? __fdiv_rn(o, bl) : o;
 }
 
@@ -276,14 +292,16 @@ __device__ __forceinline__ int attn_chunk_begin(const int* meta, int r, int wind
 #define MERGE_HEADS 8
 __device__ __forceinline__ float attn_merge_values(int cb, int n_chunks, int r, int n_heads, int hd,
                                                    int max_chunks, const float* part_ml,
-                                                   const float* part_o, int v0, int nv) {
+                                                   const float* part_o, const float* sinks,
+                                                   int v0, int nv) {
     __shared__ float fa[MERGE_HEADS][MERGE_PIECE], fb[MERGE_HEADS][MERGE_PIECE];
-    __shared__ float fl[MERGE_HEADS];
+    __shared__ float fl[MERGE_HEADS], fm[MERGE_HEADS];
     const int t = threadIdx.x, lane = t % 32, w = t / 32;
     if (n_chunks - cb <= MERGE_SERIAL) {  // the same for the whole block
         if (t >= nv) return 0.0f;
         const int i = v0 + t;
-        return attn_merged(cb, n_chunks, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o);
+        return attn_merged(cb, n_chunks, r, n_heads, i / hd, hd, i % hd, max_chunks, part_ml, part_o,
+                           sinks);
     }
     const int h0 = v0 / hd, nh = (v0 + nv - 1) / hd - h0 + 1;
     // The factor warp's head and the chain state its lanes carry across pieces.
@@ -342,20 +360,25 @@ __device__ __forceinline__ float attn_merge_values(int cb, int n_chunks, int r, 
             }
         }
     }
-    if (w < nh && lane == 0) fl[w] = run_l;
+    if (w < nh && lane == 0) {
+        fl[w] = run_l;
+        fm[w] = run_m;
+    }
     __syncthreads();
-    const float l = fl[hw];
+    float l = fl[hw];
+    if (sinks && mine) attn_sink(sinks[h], fm[hw], l, o);
     return l > 0.0f ? __fdiv_rn(o, l) : o;
 }
 
 // One block of max(hd, 32) threads per (row, head).
-extern "C" __global__ void attention_merge(const int* meta, int window, int n_heads, int hd,
-                                           int max_chunks, const float* part_ml,
-                                           const float* part_o, float* out) {
+extern "C" __global__ void attention_merge(const int* meta, int window, const float* sinks,
+                                           int n_heads, int hd, int max_chunks,
+                                           const float* part_ml, const float* part_o,
+                                           float* out) {
     const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
     const int n_chunks = attn_chunks(meta, r), cb = attn_chunk_begin(meta, r, window);
     pdl_enter();
     const float v = attn_merge_values(cb, n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o,
-                                      h * hd, hd);
+                                      sinks, h * hd, hd);
     if (t < hd) out[((size_t)r * n_heads + h) * hd + t] = v;
 }

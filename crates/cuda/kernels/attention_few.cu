@@ -215,7 +215,8 @@ ATTN_FEW_KERNEL(attention_few_64, 64)
 // `attention_merge` does), stages them, and quantizes their
 // blocks of `bl` values with `actq_block`, one warp per block.
 extern "C" __global__ void __launch_bounds__(256)
-    attention_merge_q(const int* meta, int window, int n_heads, int hd, int max_chunks,
+    attention_merge_q(const int* meta, int window, const float* sinks, int n_heads, int hd,
+                      int max_chunks,
                       const float* part_ml, const float* part_o, float* out, int bl, int sl,
                       i8* qs, float* d, i16* sums, i8* qf) {
     __shared__ float sv[256];
@@ -223,7 +224,8 @@ extern "C" __global__ void __launch_bounds__(256)
     const int qd = n_heads * hd;
     const int n_chunks = attn_chunks(meta, r), cb = attn_chunk_begin(meta, r, window);
     pdl_enter();
-    const float val = attn_merge_values(cb, n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o, v0,
+    const float val = attn_merge_values(cb, n_chunks, r, n_heads, hd, max_chunks, part_ml, part_o,
+                                        sinks, v0,
                                         min(256, qd - v0));
     if (i < qd) {
         out[(size_t)r * qd + i] = val;

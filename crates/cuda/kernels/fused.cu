@@ -193,7 +193,7 @@ extern "C" __global__ void glu_fused(const float* gu, int f, int rows, int act, 
     if (i >= rows * f) return;
     int r = i / f, c = i % f;
     float g = gu[(size_t)r * 2 * f + c];
-    out[i] = __fmul_rn(glu_act(g, act), gu[(size_t)r * 2 * f + f + c]);
+    out[i] = glu_out(g, gu[(size_t)r * 2 * f + f + c], act);
 }
 
 // `glu_fused`, then its output quantized as `actq` does: one warp per block of `bl` values
@@ -222,7 +222,7 @@ extern "C" __global__ void glu_fused_q(const float* __restrict__ gu, int f, int 
     for (int j = 0; j < 8; j++) {
         const int i = lane + 32 * j;
         if (i < bl) {
-            float v = __fmul_rn(glu_act(gv[j], act), uv[j]);
+            float v = glu_out(gv[j], uv[j], act);
             out[(size_t)r * f + c0 + i] = v;
             vs[w][i] = v;
         }

@@ -34,20 +34,31 @@ __device__ __forceinline__ float soft_cap_value(float x, float cap) {
     return __fmul_rn(cap, canon_tanh(__fdiv_rn(x, cap)));
 }
 
-// The activation of a gate value: act 0 = SiLU (`canon::silu`), 1 = GELU, tanh form
-// (`canon::gelu_tanh`, GELU_C = 0.7978846, GELU_K = 0.044715).
+// The gated activation of a gate value g and an up value u: act 0 = SwiGLU, silu(g) * u
+// (`canon::silu`); 1 = GeGLU, gelu(g) * u (`canon::gelu_tanh`, GELU_C = 0.7978846,
+// GELU_K = 0.044715); 2 = gpt-oss's clamped SwiGLU (`ops::swiglu_oai`, alpha 1.702, limit 7):
+// g' = min(g, 7), u' = clamp(u, -7, 7) (a NaN stays), g' / (1 + exp(-alpha g')) * (u' + 1).
 #define GLU_SILU 0
 #define GLU_GELU_TANH 1
-__device__ __forceinline__ float glu_act(float g, int act) {
-    if (act == GLU_SILU) return __fdiv_rn(g, __fadd_rn(1.0f, canon_exp(-g)));
+#define GLU_OAI 2
+__device__ __forceinline__ float glu_out(float g, float u, int act) {
+    if (act == GLU_SILU) return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, canon_exp(-g))), u);
+    if (act == GLU_OAI) {
+        const float lim = 7.0f, alpha = __int_as_float(0x3fd9db23);  // 1.702
+        const float gc = fminf(g, lim);
+        const float uc = u != u ? u : fminf(fmaxf(u, -lim), lim);
+        const float s = __fdiv_rn(gc, __fadd_rn(1.0f, canon_exp(__fmul_rn(-alpha, gc))));
+        return __fmul_rn(s, __fadd_rn(uc, 1.0f));
+    }
     const float x3 = __fmul_rn(__fmul_rn(g, g), g);
-    const float u = __fmul_rn(__int_as_float(0x3f4c422a), __fadd_rn(g, __fmul_rn(__int_as_float(0x3d372713), x3)));
-    return __fdiv_rn(g, __fadd_rn(1.0f, canon_exp(__fmul_rn(-2.0f, u))));
+    const float c = __int_as_float(0x3f4c422a), k = __int_as_float(0x3d372713);
+    const float t = __fmul_rn(c, __fadd_rn(g, __fmul_rn(k, x3)));
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, canon_exp(__fmul_rn(-2.0f, t)))), u);
 }
 
 extern "C" __global__ void glu(const float* gate, const float* up, int len, int act, float* out) {
     pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
-    out[i] = __fmul_rn(glu_act(gate[i], act), up[i]);
+    out[i] = glu_out(gate[i], up[i], act);
 }

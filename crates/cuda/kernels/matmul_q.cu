@@ -9,7 +9,18 @@
 // (rows x k), `xd` one scale per activation block, `xs` integer sums (per 32 values for the
 // legacy types, per 16 for the k-quants).
 
-enum { T_Q4_0 = 0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_Q2K, T_Q3K, T_Q4K, T_Q5K, T_Q6K };
+enum { T_Q4_0 = 0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_Q2K, T_Q3K, T_Q4K, T_Q5K, T_Q6K, T_MXFP4 };
+
+// MXFP4: twice an E2M1 code's value (`dtype::MXFP4_TWICE`: magnitudes 0, 1, 2, 3, 4, 6, 8, 12,
+// bit 3 the sign), and half the block's E8M0 scale (`dtype::e8m0_half`, 2^(e - 128)), so that
+// code values times scale are exact.
+__device__ __forceinline__ int mxfp4_twice(int code) {
+    const int mag = (int)((0x0C08060403020100ull >> (8 * (code & 7))) & 0xFF);
+    return (code & 8) ? -mag : mag;
+}
+__device__ __forceinline__ float e8m0_half(u32 e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
 
 __device__ __forceinline__ void scale_min_k4(int j, const u8* s, int* sc, int* m) {
     if (j < 4) {
@@ -23,11 +34,11 @@ __device__ __forceinline__ void scale_min_k4(int j, const u8* s, int* sc, int* m
 
 template <int T>
 struct QType {
-    static const bool kq = T >= T_Q2K;
+    static const bool kq = T >= T_Q2K && T <= T_Q6K;
     static const int BE = kq ? 256 : 32;
     static const int BB = T == T_Q4_0 ? 18 : T == T_Q4_1 ? 20 : T == T_Q5_0 ? 22 : T == T_Q5_1 ? 24
                         : T == T_Q8_0 ? 34 : T == T_Q2K ? 84 : T == T_Q3K ? 110 : T == T_Q4K ? 144
-                        : T == T_Q5K ? 176 : 210;
+                        : T == T_Q5K ? 176 : T == T_MXFP4 ? 17 : 210;
     static const int SL = kq ? 16 : 32;
 };
 
@@ -44,6 +55,10 @@ __device__ __forceinline__ void block_sums(const u8* blk, const i8* x, const i16
     dmin = 0.0f;
     if (T == T_Q8_0) {
         isum = (int)(i8)blk[2 + lane] * x[lane];
+    } else if (T == T_MXFP4) {
+        d = e8m0_half(blk[0]);
+        const int byte = blk[1 + lane % 16];
+        isum = mxfp4_twice(lane < 16 ? (byte & 0xF) : (byte >> 4)) * x[lane];
     } else if (T == T_Q4_0 || T == T_Q4_1) {
         const u8* qs = blk + (T == T_Q4_0 ? 2 : 4);
         int byte = qs[lane % 16];
@@ -203,3 +218,4 @@ MATMUL_Q(matmul_q3k, T_Q3K)
 MATMUL_Q(matmul_q4k, T_Q4K)
 MATMUL_Q(matmul_q5k, T_Q5K)
 MATMUL_Q(matmul_q6k, T_Q6K)
+MATMUL_Q(matmul_mxfp4, T_MXFP4)

@@ -157,6 +157,88 @@ struct Dec<T_Q8_0> {
     }
 };
 
+// The legacy types, by dp4a over four 4-element groups per half block. Element j < 16 of a
+// block comes from the low nibble of byte j, element 16 + j from its high nibble; Q5_0/Q5_1's
+// fifth bit j of `qh` joins element j. Offsets (Q4_0's 8, Q5_0's 16) come off through the
+// activation block's sum `sr[b]`: isum = sum((code - offset) * x) exactly.
+// Bits t of the low four of `h` to bit 0 of byte t (no carries: the shifted copies are apart).
+__device__ __forceinline__ int spread4(u32 h) { return (int)(((h & 0xF) * 0x00204081u) & 0x01010101u); }
+
+template <int T>
+__device__ __forceinline__ int legacy_dots(const u8* blk, const int* x4) {
+    constexpr bool five = T == T_Q5_0 || T == T_Q5_1;
+    const int qs_at = T == T_Q4_0 ? 2 : T == T_Q4_1 ? 4 : T == T_Q5_0 ? 6 : 8;
+    const u32 qh = five ? (u32)ld4_a2(blk + qs_at - 4) : 0u;
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int v = ld4_a2(blk + qs_at + 4 * i);
+        int lo = v & 0x0F0F0F0F, hi = (v >> 4) & 0x0F0F0F0F;
+        if (five) {
+            lo |= spread4(qh >> (4 * i)) << 4;
+            hi |= spread4(qh >> (16 + 4 * i)) << 4;
+        }
+        s = dp4a(lo, x4[i], s);
+        s = dp4a(hi, x4[4 + i], s);
+    }
+    return s;
+}
+
+template <int T>
+struct DecLegacy {
+    const u8* blk;
+    __device__ __forceinline__ void load(const u8* b, int) { blk = b; }
+    __device__ __forceinline__ void sums(const i8* x, const i16* sr, int b, int& isum, int& msum,
+                                         int& shape, float& dd, float& ddmin) const {
+        const int s = legacy_dots<T>(blk, (const int*)x);
+        dd = f16_at(blk);
+        if (T == T_Q4_1 || T == T_Q5_1) {
+            isum = s;
+            msum = (int)sr[b];
+            shape = 2;
+            ddmin = f16_at(blk + 2);
+        } else {
+            isum = s - (T == T_Q4_0 ? 8 : 16) * (int)sr[b];
+            msum = 0;
+            shape = 0;
+            ddmin = 0.0f;
+        }
+    }
+};
+template <> struct Dec<T_Q4_0> : DecLegacy<T_Q4_0> {};
+template <> struct Dec<T_Q4_1> : DecLegacy<T_Q4_1> {};
+template <> struct Dec<T_Q5_0> : DecLegacy<T_Q5_0> {};
+template <> struct Dec<T_Q5_1> : DecLegacy<T_Q5_1> {};
+
+// MXFP4: e8m0 @0, codes @1 (blocks of 17 bytes: read byte by byte), each code's twice-value.
+template <>
+struct Dec<T_MXFP4> {
+    const u8* blk;
+    __device__ __forceinline__ void load(const u8* b, int) { blk = b; }
+    __device__ __forceinline__ void sums(const i8* x, const i16*, int, int& isum, int& msum,
+                                         int& shape, float& dd, float& ddmin) const {
+        const int* x4 = (const int*)x;
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u32 lo = 0, hi = 0;
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int byte = blk[1 + 4 * i + t];
+                lo |= ((u32)mxfp4_twice(byte & 0xF) & 0xFF) << (8 * t);
+                hi |= ((u32)mxfp4_twice(byte >> 4) & 0xFF) << (8 * t);
+            }
+            s = dp4a((int)lo, x4[i], s);
+            s = dp4a((int)hi, x4[4 + i], s);
+        }
+        isum = s;
+        msum = 0;
+        shape = 0;
+        dd = e8m0_half(blk[0]);
+        ddmin = 0.0f;
+    }
+};
+
 // ROWS rows and C columns per thread block of WARPS warps. Lane l of warp w decodes, for column
 // l % C, block g + w * (32 / C) + l / C of each group of SLOTS = WARPS * 32 / C blocks. Many
 // rows: 8 rows x 32 columns x 8 warps. One or two rows: 2 rows x 32 columns x 16 warps (16
@@ -241,6 +323,7 @@ MATMUL_T(matmul_tt_q3k, T_Q3K)
 MATMUL_T(matmul_tt_q4k, T_Q4K)
 MATMUL_T(matmul_tt_q5k, T_Q5K)
 MATMUL_T(matmul_tt_q6k, T_Q6K)
+MATMUL_T(matmul_tt_mxfp4, T_MXFP4)
 
 // Q4_K in the interleaved layout (`ops::interleave` on the host): a warp's 32 lanes read 512
 // contiguous bytes per load.

@@ -45,6 +45,28 @@ extern "C" __global__ void gather_rows(const float* x, const int* idx, int n, fl
     for (int i = threadIdx.x; i < n; i += blockDim.x) out[(size_t)j * n + i] = src[i];
 }
 
+// out[idx[j]] = x[j] (rows of n values): an expert's output rows to their (row, rank) places.
+extern "C" __global__ void scatter_rows(const float* x, const int* idx, int n, float* out) {
+    pdl_enter();
+    int j = blockIdx.x;
+    float* dst = out + (size_t)idx[j] * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = x[(size_t)j * n + i];
+}
+
+// A mixture's output (`moe::combine`): out[r][i] = sum over ranks j of w[r][j] * ys[r][j][i],
+// from zero in rank order, each term one rounded multiply and one rounded add.
+extern "C" __global__ void moe_combine(const float* ys, const float* w, int rows, int k, int n,
+                                       float* out) {
+    pdl_enter();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * n) return;
+    const int r = i / n, c = i % n;
+    float o = 0.0f;
+    for (int j = 0; j < k; j++)
+        o = __fadd_rn(o, __fmul_rn(w[r * k + j], ys[((size_t)r * k + j) * n + c]));
+    out[i] = o;
+}
+
 // Cache slot copies (tree-draft rows moving to their positions), pairs (from, to) of cache
 // indices, in order, for one layer; one thread block, pairs one after another.
 extern "C" __global__ void kv_copy(const int* pairs, int n_pairs, int kv_dim, kv_t* kc,

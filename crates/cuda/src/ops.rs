@@ -194,16 +194,18 @@ pub enum Glu {
     Silu = 0,
     /// GeGLU (GELU, tanh form).
     GeluTanh = 1,
+    /// gpt-oss's clamped SwiGLU.
+    OaiClamped = 2,
 }
 
 impl Glu {
-    /// The device activation of `mlp`, if the GPU has it.
-    pub fn of(mlp: tf_models::Mlp) -> Option<Glu> {
+    /// The device activation of `mlp`.
+    pub fn of(mlp: tf_models::Mlp) -> Glu {
         use tf_models::Mlp;
         match mlp {
-            Mlp::SwiGlu => Some(Glu::Silu),
-            Mlp::GeGlu => Some(Glu::GeluTanh),
-            _ => None,
+            Mlp::SwiGlu => Glu::Silu,
+            Mlp::GeGlu => Glu::GeluTanh,
+            Mlp::SwiGluOai => Glu::OaiClamped,
         }
     }
 }
@@ -224,7 +226,7 @@ pub fn matmul_kernel(dtype: DType) -> Option<&'static str> {
         DType::F32 => "matmul_f32",
         DType::F16 => "matmul_f16",
         DType::BF16 => "matmul_bf16",
-        DType::MXFP4 => return None,
+        DType::MXFP4 => "matmul_mxfp4",
     })
 }
 
@@ -350,11 +352,22 @@ impl Gpu {
         x: &DevAct,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        // The tile kernels decode Q4_K, Q6_K and Q8_0 with dp4a; other types go through the
-        // generic decoder, which for one to three rows is slower than the warp kernels
-        // (measured on the H200). Either form gives the same bits.
+        // The tile kernels decode Q4_K, Q6_K and the legacy types with dp4a; Q2_K, Q3_K and
+        // Q5_K go through the generic decoder, which for one to three rows is slower than the
+        // warp kernels (measured on the H200). Either form gives the same bits.
+        let dp4a = matches!(
+            dtype,
+            DType::Q4K
+                | DType::Q6K
+                | DType::Q8_0
+                | DType::Q4_0
+                | DType::Q4_1
+                | DType::Q5_0
+                | DType::Q5_1
+                | DType::MXFP4
+        );
         let form = match (self.matmul_form, dtype) {
-            (MatmulForm::Tile, DType::Q4K | DType::Q6K | DType::Q8_0) => MatmulForm::Tile,
+            (MatmulForm::Tile, _) if dp4a => MatmulForm::Tile,
             (MatmulForm::Tile, _) if x.rows >= 4 => MatmulForm::Tile,
             _ => MatmulForm::Warp,
         };

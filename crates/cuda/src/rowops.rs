@@ -75,6 +75,8 @@ pub struct AttnKeys<'a> {
     /// forms (few-row and tiled) read the other keys before the previous kernel has ended, so
     /// every slot the call writes must be here.
     pub fresh: &'a CudaSlice<i32>,
+    /// One sink logit per query head (gpt-oss), merged after the last chunk.
+    pub sinks: Option<&'a CudaSlice<f32>>,
 }
 
 /// The split form's partials: room for `max_chunks` chunks of every (row, head), and the blocks
@@ -205,7 +207,7 @@ impl Gpu {
             // SAFETY: argument types match the kernel; the metadata covers every position
             // read and every row has at most `max_chunks` chunks (checked by the caller).
             unsafe { l.launch(cfg) }?;
-        } else if let Some(tiles) = self.attention_tiles(&dims) {
+        } else if let Some(tiles) = self.attention_tiles(&dims).filter(|_| keys.sinks.is_none()) {
             let f = self.function(match (split.is_some(), head_dim == 128) {
                 (false, true) => "attention_tile_128",
                 (false, false) => "attention_tile_64",
@@ -255,9 +257,13 @@ impl Gpu {
                 .arg(&scale)
                 .arg(&window)
                 .arg(&softcap);
+            let null = 0u64;
             match &split {
                 Some(sp) => l.arg(&mc).arg(&*sp.part_ml).arg(&*sp.part_o),
-                None => l.arg(&mut *out),
+                None => match keys.sinks {
+                    Some(sk) => l.arg(sk).arg(&mut *out),
+                    None => l.arg(&null).arg(&mut *out),
+                },
             };
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, n_kv_heads as u32, z),
@@ -288,9 +294,13 @@ impl Gpu {
             None => "attention_merge",
         })?;
         let mut l = self.launcher(&f);
-        l.arg(keys.meta)
-            .arg(&window)
-            .arg(&h)
+        let null = 0u64;
+        l.arg(keys.meta).arg(&window);
+        match keys.sinks {
+            Some(sk) => l.arg(sk),
+            None => l.arg(&null),
+        };
+        l.arg(&h)
             .arg(&hd)
             .arg(&mc)
             .arg(&*sp.part_ml)
@@ -388,18 +398,47 @@ impl Gpu {
     pub fn gather_rows(
         &self,
         x: &CudaSlice<f32>,
-        idx: &CudaSlice<i32>,
+        idx: &CudaView<i32>,
         count: usize,
         n: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        if idx.len() < count || out.len() < count * n {
-            return Err(CudaError::Usage("gather_rows: buffer sizes".into()));
+        self.move_rows("gather_rows", x, idx, count, n, out)
+    }
+
+    /// `out[idx[j]] = x[j]` for `count` rows of `n` values.
+    pub fn scatter_rows(
+        &self,
+        x: &CudaSlice<f32>,
+        idx: &CudaView<i32>,
+        count: usize,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        self.move_rows("scatter_rows", x, idx, count, n, out)
+    }
+
+    fn move_rows(
+        &self,
+        name: &str,
+        x: &CudaSlice<f32>,
+        idx: &CudaView<i32>,
+        count: usize,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let side = if name == "gather_rows" {
+            out.len()
+        } else {
+            x.len()
+        };
+        if idx.len() < count || side < count * n {
+            return Err(CudaError::Usage(format!("{name}: buffer sizes")));
         }
         if count == 0 {
             return Ok(());
         }
-        let f = self.function("gather_rows")?;
+        let f = self.function(name)?;
         let ni = n as i32;
         let cfg = LaunchConfig {
             grid_dim: (count as u32, 1, 1),
@@ -408,8 +447,31 @@ impl Gpu {
         };
         let mut l = self.launcher(&f);
         l.arg(x).arg(idx).arg(&ni).arg(out);
-        // SAFETY: indices were checked against the rows of `x` on the host.
+        // SAFETY: indices were checked against the rows of `x` and `out` on the host.
         unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// A mixture's output rows (`moe::combine`): `out[r] = Σ_j w[r][j] * ys[r][j]` in rank
+    /// order, `k` ranks of `n` values a row.
+    pub fn moe_combine(
+        &self,
+        ys: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        rows: usize,
+        k: usize,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if ys.len() < rows * k * n || w.len() < rows * k || out.len() < rows * n {
+            return Err(CudaError::Usage("moe_combine: buffer sizes".into()));
+        }
+        let f = self.function("moe_combine")?;
+        let (ri, ki, ni) = (rows as i32, k as i32, n as i32);
+        let mut l = self.launcher(&f);
+        l.arg(ys).arg(w).arg(&ri).arg(&ki).arg(&ni).arg(out);
+        // SAFETY: sizes checked above.
+        unsafe { l.launch(LaunchConfig::for_num_elems((rows * n).max(1) as u32)) }?;
         Ok(())
     }
 

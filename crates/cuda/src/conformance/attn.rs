@@ -27,14 +27,17 @@ const SHAPES: [(usize, usize, usize); 6] = [
     (4, 2, 16),
 ];
 
-/// (sliding window, score soft-cap): plain, windows that cut inside a chunk and on its edge,
-/// soft-capping alone and with a window.
-const VARIANTS: [(Option<usize>, Option<f32>); 5] = [
-    (None, None),
-    (Some(100), None),
-    (Some(64), None),
-    (None, Some(30.0)),
-    (Some(40), Some(5.0)),
+/// (sliding window, score soft-cap, sinks): plain, windows that cut inside a chunk and on its
+/// edge, soft-capping alone and with a window, attention sinks alone and with a window
+/// (gpt-oss).
+const VARIANTS: [(Option<usize>, Option<f32>, bool); 7] = [
+    (None, None, false),
+    (Some(100), None, false),
+    (Some(64), None, false),
+    (None, Some(30.0), false),
+    (Some(40), Some(5.0), false),
+    (None, None, true),
+    (Some(100), None, true),
 ];
 
 /// One test row: sequence, position, optional remap (base, slots).
@@ -154,18 +157,19 @@ pub fn run(
         let toff = [0, lens[0] / BLOCK_SIZE, (lens[0] + lens[1]) / BLOCK_SIZE];
         let dtables = gpu.upload(&flat)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        for ((name, rows), (window, softcap)) in cases
+        // Sink logits around the scores' size (some above every score of a row).
+        let sinks: Vec<f32> = (0..h).map(|i| (i as f32 * 0.37).sin() * 4.0).collect();
+        let dsinks = gpu.upload(&sinks)?;
+        for ((name, rows), (window, softcap, sink)) in cases
             .iter()
             .flat_map(|c| VARIANTS.iter().map(move |v| (c, *v)))
         {
-            let variant = match (window, softcap) {
-                (None, None) => String::new(),
-                (w, c) => format!(
-                    "{}{}",
-                    w.map_or(String::new(), |w| format!(" window {w}")),
-                    c.map_or(String::new(), |c| format!(" cap {c}"))
-                ),
-            };
+            let variant = format!(
+                "{}{}{}",
+                window.map_or(String::new(), |w| format!(" window {w}")),
+                softcap.map_or(String::new(), |c| format!(" cap {c}")),
+                if sink { " sinks" } else { "" }
+            );
             let m = rows.len();
             let qd = h * hd;
             // Every fifth row is scaled up so that some exponentials reach their cut-off.
@@ -189,7 +193,7 @@ pub fn run(
                 .collect();
             let shape = AttnShape {
                 softcap,
-                sinks: None,
+                sinks: sink.then_some(&sinks[..]),
                 n_heads: h,
                 n_kv_heads: kvh,
                 head_dim: hd,
@@ -242,6 +246,7 @@ pub fn run(
                 tables: &dtables,
                 remaps: &dremaps,
                 fresh: &dfresh,
+                sinks: sink.then_some(&dsinks),
             };
             let dims = AttnDims {
                 rows: m,

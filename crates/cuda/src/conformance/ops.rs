@@ -218,6 +218,7 @@ pub fn run(args: &super::Options) -> Result<()> {
         DType::Q2K,
         DType::Q3K,
         DType::Q5K,
+        DType::MXFP4,
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -336,7 +337,8 @@ pub fn run(args: &super::Options) -> Result<()> {
         }
     }
 
-    // SwiGLU and GeGLU over an FFN-wide row, gate values wide enough to reach exp's cut-offs;
+    // SwiGLU, GeGLU and gpt-oss's clamped SwiGLU over an FFN-wide row, gate values wide enough
+    // to reach exp's cut-offs and the clamps;
     // then soft-capping (`cap * tanh(x / cap)`) of the same values, infinities kept.
     {
         const F: usize = 8960;
@@ -346,10 +348,11 @@ pub fn run(args: &super::Options) -> Result<()> {
                 .map(|_| (s.next_f32() - 0.5) * scale)
                 .collect()
         };
-        let (gate, up) = (wide(200.0), wide(4.0));
+        let (gate, up) = (wide(200.0), wide(20.0));
         let (dg, du) = (gpu.upload(&gate)?, gpu.upload(&up)?);
-        for mlp in [tf_models::Mlp::SwiGlu, tf_models::Mlp::GeGlu] {
-            let act = crate::ops::Glu::of(mlp).expect("a GPU activation");
+        use tf_models::Mlp;
+        for mlp in [Mlp::SwiGlu, Mlp::GeGlu, Mlp::SwiGluOai] {
+            let act = crate::ops::Glu::of(mlp);
             let mut want = vec![0f32; max_rows * F];
             mlp.apply(level, &gate, &up, &mut want);
             for &rows in &args.rows {
@@ -392,6 +395,40 @@ pub fn run(args: &super::Options) -> Result<()> {
                 micros: 0.0,
             });
         }
+    }
+
+    // A mixture's rank-order combine (`moe::combine`), 8 ranks of 2048 values a row.
+    {
+        let (k, n) = (8, 2048);
+        let ys = activations(max_rows * k, n, args.seed ^ 0x6b6b);
+        let w: Vec<f32> = activations(max_rows, k, args.seed ^ 0x6c6c)
+            .iter()
+            .map(|v| v.abs() / 8.0)
+            .collect();
+        let mut want = vec![0f32; max_rows * n];
+        for r in 0..max_rows {
+            let choices: Vec<tf_kernels::moe::Choice> = (0..k)
+                .map(|j| tf_kernels::moe::Choice {
+                    expert: j,
+                    weight: w[r * k + j],
+                })
+                .collect();
+            let row = r * n..(r + 1) * n;
+            tf_kernels::moe::combine(&choices, &ys[r * k * n..(r + 1) * k * n], &mut want[row]);
+        }
+        let (dys, dw) = (gpu.upload(&ys)?, gpu.upload(&w)?);
+        let mut out = gpu.zeros::<f32>(max_rows * n)?;
+        gpu.moe_combine(&dys, &dw, max_rows, k, n, &mut out)?;
+        let (eq, md) = bits_equal(&gpu.download(&out)?, &want);
+        table.push(Row {
+            op: "moe_combine".into(),
+            ty: format!("k={k} n={n}"),
+            rows: max_rows,
+            equal: eq,
+            total: max_rows * n,
+            max_diff: md,
+            micros: 0.0,
+        });
     }
 
     // The weights' f16 scales: every bit pattern (zeros, subnormals, infinities, NaNs) to the

@@ -289,7 +289,7 @@ impl CudaRunner {
         let d = cfg.d_model;
         let gpu = self.gpu.clone();
         let s = &mut self.s;
-        gpu.gather_rows(&s.x, &s.idx, n, d, &mut s.xs)?;
+        gpu.gather_rows(&s.x, &s.idx.slice(0..n), n, d, &mut s.xs)?;
         gpu.rms_norm(&s.xs, &self.w.norm, d, cfg.norm_eps, n, &mut s.hs, None)?;
         matmul(
             &gpu,

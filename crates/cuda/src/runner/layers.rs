@@ -5,7 +5,7 @@
 //! their output for the matmul that reads it next (the tag that matmul will ask for).
 
 use super::scratch::{matmul, matmul_pair, SPLIT_ROWS};
-use super::weights::Group;
+use super::weights::{DevFfn, Group};
 use super::CudaRunner;
 use crate::ops::Glu;
 use crate::rowops::{AttnDims, AttnKeys, AttnSplit, QkvPost};
@@ -105,10 +105,15 @@ impl LayerOps for CudaRunner {
                         gpu.add_bias(x, b, m, n)?;
                     }
                 }
-                gpu.rms_norm(&s.q, qn, hd, eps, m * cfg.n_heads, &mut s.tmp, None)?;
+                // Per head, or over the whole projection (OLMoE).
+                let (qn_rows, qn_n) = match lp.qk_norm_full {
+                    true => ((m, qd), (m, kvd)),
+                    false => ((m * cfg.n_heads, hd), (m * cfg.n_kv_heads, hd)),
+                };
+                gpu.rms_norm(&s.q, qn, qn_rows.1, eps, qn_rows.0, &mut s.tmp, None)?;
                 gpu.stream
                     .memcpy_dtod(&s.tmp.slice(0..m * qd), &mut s.q.slice_mut(0..m * qd))?;
-                gpu.rms_norm(&s.k, kn, hd, eps, m * cfg.n_kv_heads, &mut s.tmp, None)?;
+                gpu.rms_norm(&s.k, kn, qn_n.1, eps, qn_n.0, &mut s.tmp, None)?;
                 gpu.stream
                     .memcpy_dtod(&s.tmp.slice(0..m * kvd), &mut s.k.slice_mut(0..m * kvd))?;
                 let nh = (cfg.n_heads, cfg.n_kv_heads);
@@ -189,6 +194,7 @@ impl LayerOps for CudaRunner {
             tables: &s.tables,
             remaps: &s.remaps,
             fresh: &s.slot,
+            sinks: lw.sinks.as_ref(),
         };
         let split = (m <= SPLIT_ROWS && self.split_ok).then(|| AttnSplit {
             max_chunks: s.max_chunks,
@@ -210,6 +216,9 @@ impl LayerOps for CudaRunner {
         let lw = &self.w.layers[li];
         let s = &mut self.s;
         matmul(&gpu, &lw.wo, &s.att, t + 2, m, &mut s.acts, &mut s.o)?;
+        if let Some(b) = &lw.bo {
+            gpu.add_bias(&mut s.o, b, m, cfg.d_model)?;
+        }
         self.prof.mark(&gpu, "wo");
         let (d, eps) = (cfg.d_model, cfg.norm_eps);
         // x += post_norm(o) where the layer has one (into `tmp`), else x += o.
@@ -220,7 +229,7 @@ impl LayerOps for CudaRunner {
             }
             None => &s.o,
         };
-        let q = s.acts.output_for(lw.gate_up.first(), t + 3);
+        let q = s.acts.output_for(lw.ffn_input(), t + 3);
         gpu.add_rms_norm(&mut s.x, o, &lw.ffn_norm, d, eps, m, &mut s.h, q)?;
         self.mark("add_norm");
         Ok(())
@@ -230,30 +239,15 @@ impl LayerOps for CudaRunner {
         let (model, gpu, m) = self.call();
         let t = self.layer_tag;
         let cfg = &model.config;
-        let (d, f, eps) = (cfg.d_model, cfg.ffn_dim, cfg.norm_eps);
+        let (d, eps) = (cfg.d_model, cfg.norm_eps);
+        if lp.moe.is_some() {
+            self.moe_ffn(li, lp, m)?;
+        } else {
+            self.dense_ffn(li, lp)?;
+        }
         let lw = &self.w.layers[li];
         let next = self.w.layers.get(li + 1);
         let s = &mut self.s;
-        let act = Glu::of(lp.mlp)
-            .ok_or_else(|| CudaError::Usage(format!("no GPU activation for {:?}", lp.mlp)))?;
-        match &lw.gate_up {
-            Group::Fused(w) => {
-                matmul(&gpu, w, &s.h, t + 3, m, &mut s.acts, &mut s.gu)?;
-                self.prof.mark(&gpu, "gate_up");
-                let q = s.acts.output_for(&lw.w_down, t + 4);
-                gpu.glu_fused(act, &s.gu, f, m, &mut s.act, q)?;
-            }
-            Group::Pair(..) => return Err(CudaError::Usage("gate|up grouped as a pair".into())),
-            Group::Split(ws) => {
-                matmul(&gpu, &ws[0], &s.h, t + 3, m, &mut s.acts, &mut s.gate)?;
-                matmul(&gpu, &ws[1], &s.h, t + 3, m, &mut s.acts, &mut s.up)?;
-                self.prof.mark(&gpu, "gate_up");
-                gpu.glu(act, &s.gate, &s.up, m * f, &mut s.act)?;
-            }
-        }
-        self.prof.mark(&gpu, "glu");
-        matmul(&gpu, &lw.w_down, &s.act, t + 4, m, &mut s.acts, &mut s.o)?;
-        self.prof.mark(&gpu, "down");
         let o = match &lw.post_ffn_norm {
             Some(w) => {
                 gpu.rms_norm(&s.o, w, d, eps, m, &mut s.tmp, None)?;
@@ -270,6 +264,38 @@ impl LayerOps for CudaRunner {
             None => gpu.add_into(&mut s.x, o, m * d)?,
         }
         self.mark("add_norm");
+        Ok(())
+    }
+}
+
+impl CudaRunner {
+    /// `s.o` = `down(act(h · gate) * (h · up))` over the call's rows.
+    fn dense_ffn(&mut self, li: usize, lp: &LayerPlan) -> Result<()> {
+        let (model, gpu, m) = self.call();
+        let (t, f) = (self.layer_tag, model.config.ffn_dim);
+        let DevFfn::Dense { gate_up, w_down } = &self.w.layers[li].ffn else {
+            return Err(CudaError::Usage("dense_ffn on a mixture of experts".into()));
+        };
+        let s = &mut self.s;
+        let act = Glu::of(lp.mlp);
+        match gate_up {
+            Group::Fused(w) => {
+                matmul(&gpu, w, &s.h, t + 3, m, &mut s.acts, &mut s.gu)?;
+                self.prof.mark(&gpu, "gate_up");
+                let q = s.acts.output_for(w_down, t + 4);
+                gpu.glu_fused(act, &s.gu, f, m, &mut s.act, q)?;
+            }
+            Group::Pair(..) => return Err(CudaError::Usage("gate|up grouped as a pair".into())),
+            Group::Split(ws) => {
+                matmul(&gpu, &ws[0], &s.h, t + 3, m, &mut s.acts, &mut s.gate)?;
+                matmul(&gpu, &ws[1], &s.h, t + 3, m, &mut s.acts, &mut s.up)?;
+                self.prof.mark(&gpu, "gate_up");
+                gpu.glu(act, &s.gate, &s.up, m * f, &mut s.act)?;
+            }
+        }
+        self.prof.mark(&gpu, "glu");
+        matmul(&gpu, w_down, &s.act, t + 4, m, &mut s.acts, &mut s.o)?;
+        self.prof.mark(&gpu, "down");
         Ok(())
     }
 }

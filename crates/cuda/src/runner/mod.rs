@@ -9,6 +9,7 @@
 mod forward;
 mod layers;
 pub mod layout;
+mod moe;
 mod pinned;
 mod prof;
 mod scratch;
@@ -57,6 +58,8 @@ pub struct CudaRunner {
     /// The current layer's first tag (its q/k/v input is `layer_tag + 1`), between the ops of
     /// one layer.
     layer_tag: u64,
+    /// The next unused tag of the experts' inputs (`moe.rs`).
+    expert_tag: u64,
     /// Rows of the call the layer ops run over.
     call_rows: usize,
     prof: prof::Prof,
@@ -116,6 +119,11 @@ impl CudaRunner {
             Feature::FinalSoftcap,
             Feature::GeGlu,
             Feature::PostNorms,
+            Feature::Moe,
+            Feature::ClampedSwiGlu,
+            Feature::OutputBias,
+            Feature::AttentionSinks,
+            Feature::FullQkNorm,
         ];
         let lacks: Vec<String> = (model.plan.features(cfg.head_dim).into_iter())
             .filter(|f| !runs.contains(f))
@@ -182,7 +190,9 @@ impl CudaRunner {
         } else {
             pinned::Pinned::new(&gpu, scratch::LOGIT_ROWS * cfg.vocab)
         };
-        let use_graphs = std::env::var("TENSORFOLD_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        // Experts are routed on the host, between kernels: no graphs for such a model.
+        let use_graphs =
+            std::env::var("TENSORFOLD_CUDA_GRAPHS").map_or(true, |v| v != "0") && cfg.moe.is_none();
         Ok(CudaRunner {
             gpu,
             model,
@@ -198,6 +208,7 @@ impl CudaRunner {
             use_graphs,
             tag: 0,
             layer_tag: 0,
+            expert_tag: moe::EXPERT_TAGS,
             call_rows: 0,
             prof: prof::Prof::from_env(),
             split_ok: true,

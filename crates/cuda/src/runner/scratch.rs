@@ -93,6 +93,26 @@ pub struct Scratch {
     pub part_ml: CudaSlice<f32>,
     pub part_o: CudaSlice<f32>,
     pub max_chunks: usize,
+    /// A mixture of experts' buffers (`moe.rs`), for models that have one.
+    pub moe: Option<MoeScratch>,
+}
+
+/// The buffers of the mixture-of-experts feed-forward for `cap` rows.
+pub struct MoeScratch {
+    /// Router scores, rows x experts.
+    pub scores: CudaSlice<f32>,
+    /// Per used expert its rows' gather indices, then their (row, rank) scatter indices.
+    pub idx: CudaSlice<i32>,
+    /// The chosen experts' weights, rows x used, in rank order.
+    pub w: CudaSlice<f32>,
+    /// One expert's gathered input rows, hidden rows (gate, up, activation) and output rows.
+    pub xe: CudaSlice<f32>,
+    pub g: CudaSlice<f32>,
+    pub u: CudaSlice<f32>,
+    pub a: CudaSlice<f32>,
+    pub y: CudaSlice<f32>,
+    /// Every (row, rank)'s expert output, back to back.
+    pub ys: CudaSlice<f32>,
 }
 
 /// Calls of up to this many rows run attention split over key chunks.
@@ -109,7 +129,22 @@ impl Scratch {
             .clamp(1, (SPLIT_BYTES / per_chunk).max(1));
         let parts = SPLIT_ROWS * cfg.n_heads * max_chunks;
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
-        let kmax = d.max(qd).max(f);
+        let ef = cfg.moe.as_ref().map_or(0, |m| m.expert_ffn);
+        let kmax = d.max(qd).max(f).max(ef);
+        let moe = match &cfg.moe {
+            Some(m) => Some(MoeScratch {
+                scores: gpu.zeros(cap * m.experts)?,
+                idx: gpu.zeros(2 * cap * m.used)?,
+                w: gpu.zeros(cap * m.used)?,
+                xe: gpu.zeros(cap * d)?,
+                g: gpu.zeros(cap * ef)?,
+                u: gpu.zeros(cap * ef)?,
+                a: gpu.zeros(cap * ef)?,
+                y: gpu.zeros(cap * d)?,
+                ys: gpu.zeros(cap * m.used * d)?,
+            }),
+            None => None,
+        };
         Ok(Scratch {
             cap,
             x: gpu.zeros(cap * d)?,
@@ -148,6 +183,7 @@ impl Scratch {
             part_ml: gpu.zeros(2 * parts)?,
             part_o: gpu.zeros(parts * cfg.head_dim)?,
             max_chunks,
+            moe,
         })
     }
 

@@ -5,7 +5,7 @@
 use cudarc::driver::CudaSlice;
 use tf_core::DType;
 use tf_kernels::matmul::WeightMatrix;
-use tf_models::weights::Weights;
+use tf_models::weights::{Experts, Ffn, Weights};
 
 use crate::ops::matmul_kernel;
 use crate::{CudaError, Gpu, Result};
@@ -54,9 +54,43 @@ pub struct DevLayer {
     /// RMSNorms of the attention and MLP outputs before their residual adds (Gemma).
     pub post_attn_norm: Option<CudaSlice<f32>>,
     pub post_ffn_norm: Option<CudaSlice<f32>>,
-    /// w_gate, w_up.
-    pub gate_up: Group,
-    pub w_down: DevMatrix,
+    /// The attention output's bias, and one sink logit per query head (gpt-oss).
+    pub bo: Option<CudaSlice<f32>>,
+    pub sinks: Option<CudaSlice<f32>>,
+    pub ffn: DevFfn,
+}
+
+pub enum DevFfn {
+    Dense {
+        /// w_gate, w_up.
+        gate_up: Group,
+        w_down: DevMatrix,
+    },
+    Moe(DevMoe),
+}
+
+/// A mixture of experts: the router, and each expert's matrices (and biases, gpt-oss).
+pub struct DevMoe {
+    pub router: DevMatrix,
+    pub router_bias: Option<CudaSlice<f32>>,
+    pub experts: Vec<DevExpert>,
+}
+
+pub struct DevExpert {
+    pub gate: DevMatrix,
+    pub up: DevMatrix,
+    pub down: DevMatrix,
+    pub biases: Option<[CudaSlice<f32>; 3]>,
+}
+
+impl DevLayer {
+    /// The first matrix that reads `ffn_norm(x)`: its input quantization is made by the norm.
+    pub fn ffn_input(&self) -> &DevMatrix {
+        match &self.ffn {
+            DevFfn::Dense { gate_up, .. } => gate_up.first(),
+            DevFfn::Moe(m) => &m.router,
+        }
+    }
 }
 
 pub struct DevWeights {
@@ -134,6 +168,34 @@ impl Uploader<'_> {
     fn opt(&mut self, v: &Option<Vec<f32>>) -> Result<Option<CudaSlice<f32>>> {
         v.as_ref().map(|v| self.floats(v)).transpose()
     }
+
+    fn experts(&mut self, x: &Experts) -> Result<DevMoe> {
+        let mut experts = Vec::with_capacity(x.experts.len());
+        for (i, e) in x.experts.iter().enumerate() {
+            let biases = match &x.biases {
+                Some(b) => {
+                    let (f, d) = (e.gate.n, e.down.n);
+                    Some([
+                        self.floats(&b.gate[i * f..(i + 1) * f])?,
+                        self.floats(&b.up[i * f..(i + 1) * f])?,
+                        self.floats(&b.down[i * d..(i + 1) * d])?,
+                    ])
+                }
+                None => None,
+            };
+            experts.push(DevExpert {
+                gate: self.matrix(&e.gate)?,
+                up: self.matrix(&e.up)?,
+                down: self.matrix(&e.down)?,
+                biases,
+            });
+        }
+        Ok(DevMoe {
+            router: self.matrix(&x.router)?,
+            router_bias: self.opt(&x.router_bias)?,
+            experts,
+        })
+    }
 }
 
 impl DevWeights {
@@ -141,10 +203,13 @@ impl DevWeights {
         let mut up = Uploader { gpu, bytes: 0 };
         let mut layers = Vec::with_capacity(w.layers.len());
         for l in &w.layers {
-            // The runner refuses a mixture of experts (`Feature::Moe`) before uploading.
-            let mlp = l
-                .dense()
-                .ok_or_else(|| CudaError::Usage("a mixture of experts is not uploaded".into()))?;
+            let ffn = match &l.ffn {
+                Ffn::Dense(mlp) => DevFfn::Dense {
+                    gate_up: up.group(&[&mlp.gate, &mlp.up], true)?,
+                    w_down: up.matrix(&mlp.down)?,
+                },
+                Ffn::Moe(x) => DevFfn::Moe(up.experts(x)?),
+            };
             layers.push(DevLayer {
                 attn_norm: up.floats(&l.attn_norm)?,
                 // Per-head q/k norms run between the matmuls and RoPE: kept apart there.
@@ -158,8 +223,9 @@ impl DevWeights {
                 ffn_norm: up.floats(&l.ffn_norm)?,
                 post_attn_norm: up.opt(&l.post_attn_norm)?,
                 post_ffn_norm: up.opt(&l.post_ffn_norm)?,
-                gate_up: up.group(&[&mlp.gate, &mlp.up], true)?,
-                w_down: up.matrix(&mlp.down)?,
+                bo: up.opt(&l.bo)?,
+                sinks: up.opt(&l.sinks)?,
+                ffn,
             });
         }
         let norm = up.floats(&w.norm)?;
