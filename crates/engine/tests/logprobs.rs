@@ -20,9 +20,12 @@ fn with_logprobs(seed: u64, sampled: bool, top: usize) -> tf_engine::Request {
     req
 }
 
+/// A log-probability entry as bits: token, logprob, alternatives.
+type Bits = (TokenId, u32, Vec<(TokenId, u32)>);
+
 /// Bitwise equality of two replies' log-probabilities.
 fn assert_same_logprobs(got: &[TokenLogprob], want: &[TokenLogprob], what: &str) {
-    let bits = |l: &[TokenLogprob]| -> Vec<(TokenId, u32, Vec<(TokenId, u32)>)> {
+    let bits = |l: &[TokenLogprob]| -> Vec<Bits> {
         l.iter()
             .map(|e| {
                 let top = e.top.iter().map(|&(t, v)| (t, v.to_bits())).collect();
