@@ -39,6 +39,9 @@ mod times;
 
 /// Nodes per extra tree branch.
 const TREE_BRANCH_LEN: usize = 2;
+/// Slots a sequence's table gets beyond what its next step needs, so that it grows every few
+/// blocks, not every step.
+const GROW_AHEAD: usize = 4 * BLOCK_SIZE;
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -108,7 +111,10 @@ impl Plan {
     /// position holds a prompt token), where the request asks for them; their rows come first.
     pub(crate) fn prompt_rows(&self, s: &Seq) -> std::ops::Range<usize> {
         match s.req.prompt_logprobs {
-            true => self.catch_up.start..self.catch_up.end.min(s.prompt_len() - 1),
+            true => {
+                let start = self.catch_up.start.max(s.prompt_logprobs_sent);
+                start..self.catch_up.end.min(s.prompt_len() - 1).max(start)
+            }
             false => 0..0,
         }
     }
@@ -129,6 +135,9 @@ pub struct Engine {
     /// reply tokens sent.
     prefilled: u64,
     generated: u64,
+    /// Sequences admitted (the next one's `Seq::admitted`), and sent back to wait for room.
+    admissions: u64,
+    preemptions: u64,
     /// Where the wall time goes (`TENSORFOLD_ENGINE_TIMES=1`).
     times: times::Times,
     sampler: Sampler,
@@ -160,6 +169,8 @@ impl Engine {
             round: 0,
             prefilled: 0,
             generated: 0,
+            admissions: 0,
+            preemptions: 0,
             times: times::Times::from_env(),
             sampler: Sampler::new(),
             salt,
@@ -274,10 +285,11 @@ impl Engine {
             }
             // Reuse the longest cached prefix, leaving at least the last prompt token to run
             // (its logits draw the first reply token).
-            // A request for the prompt's log-probabilities computes every prompt row.
-            let reusable = match s.req.prompt_logprobs {
+            // Reuse the longest cached prefix of the committed tokens (a preempted sequence's
+            // reply too). A request for the prompt's log-probabilities computes every prompt row.
+            let reusable = match s.req.prompt_logprobs && s.first_token.is_none() {
                 true => 0,
-                false => (s.prompt_len() - 1) / BLOCK_SIZE,
+                false => (s.tokens.len() - 1) / BLOCK_SIZE,
             };
             let hashes = chain_hashes(&self.salt, &[], &s.tokens, reusable);
             let cached = self.blocks.lookup(&hashes);
@@ -289,7 +301,9 @@ impl Engine {
                     .take_while(|h| st.contains(h))
                     .count()
             });
-            let slots = s.max_slots();
+            // Room for the prompt and a stretch of the reply; the table grows with the reply
+            // (`grow_running`), so a large `max_tokens` does not take the pool up front.
+            let slots = (s.slots_needed() + GROW_AHEAD).min(s.max_slots());
             s.table = cached;
             let grown = self.blocks.grow(&mut s.table, slots);
             if !grown {
@@ -306,7 +320,11 @@ impl Engine {
             let hit = in_ram + self.load_spilled(&s.table[range.clone()], &hashes[range]);
             s.hashes = hashes[..hit].to_vec();
             s.kv_len = hit * BLOCK_SIZE;
-            s.cached_tokens = s.kv_len;
+            if s.first_token.is_none() {
+                s.cached_tokens = s.kv_len;
+            }
+            self.admissions += 1;
+            s.admitted = self.admissions;
             if hit > 0 {
                 self.blocks.stats.hits += 1;
                 self.blocks.stats.hit_tokens += s.kv_len as u64;
@@ -324,6 +342,7 @@ impl Engine {
         }
         self.reap();
         self.admit();
+        self.grow_running();
         if self.running.is_empty() {
             return Ok(false);
         }
@@ -367,8 +386,13 @@ impl Engine {
         self.cost.observe_forward(total_rows, secs);
         let t_commit = self.times.start();
         for (p, lps) in plans.iter().zip(prompt_logprobs) {
+            if lps.is_empty() {
+                continue;
+            }
+            let end = p.prompt_rows(&self.running[p.seq]).end;
             let s = &mut self.running[p.seq];
-            if !lps.is_empty() && s.events.send(Event::PromptLogprobs(lps)).is_err() {
+            s.prompt_logprobs_sent = end;
+            if s.events.send(Event::PromptLogprobs(lps)).is_err() {
                 s.finished = Some(FinishReason::Cancelled);
             }
         }
@@ -378,6 +402,57 @@ impl Engine {
         self.catch_up_models();
         self.times.add(times::Part::Commit, t_commit, None);
         Ok(true)
+    }
+
+    /// Gives every running sequence's table the slots its next step may touch. Where the pool
+    /// runs out, the sequence admitted last gives its blocks back and waits to be admitted
+    /// again (preemption): its keys and values are then recomputed from its committed tokens,
+    /// the same bits, so its reply does not change.
+    fn grow_running(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let s = &mut self.running[i];
+            let need = s.slots_needed();
+            if need.div_ceil(BLOCK_SIZE) <= s.table.len() {
+                i += 1;
+                continue;
+            }
+            let ahead = (need + GROW_AHEAD).min(s.max_slots());
+            let grown =
+                self.blocks.grow(&mut s.table, ahead) || self.blocks.grow(&mut s.table, need);
+            self.spill_evicted();
+            if grown {
+                i += 1;
+                continue;
+            }
+            let victim = (0..self.running.len())
+                .max_by_key(|&j| self.running[j].admitted)
+                .expect("a running sequence");
+            self.preempt(victim);
+            if victim < i {
+                i -= 1;
+            }
+        }
+    }
+
+    /// Sends running sequence `i` back to wait, its blocks released.
+    fn preempt(&mut self, i: usize) {
+        let mut s = self.running.remove(i);
+        self.blocks.release(&mut s.table);
+        self.spill_evicted();
+        s.hashes.clear();
+        s.kv_len = 0;
+        for m in &mut self.models {
+            m.release(s.id);
+        }
+        s.models_behind.clear();
+        self.preemptions += 1;
+        self.waiting.push_front(s);
+    }
+
+    /// Sequences sent back to wait for KV room since the engine started.
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
     }
 
     /// Decide every sequence's rows for this step.

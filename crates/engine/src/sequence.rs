@@ -38,6 +38,11 @@ pub(crate) struct Seq {
     /// Draft models still running this sequence's prompt, a part each step (a catch-up
     /// longer than a step's worth); they propose nothing for it until done.
     pub models_behind: Vec<usize>,
+    /// Admission order (larger = admitted later; a preempted sequence gets a new one).
+    pub admitted: u64,
+    /// Prompt positions whose rows' log-probabilities went out (`Request::prompt_logprobs`):
+    /// a sequence prefilled again after preemption does not send them twice.
+    pub prompt_logprobs_sent: usize,
 }
 
 impl Seq {
@@ -65,6 +70,8 @@ impl Seq {
             finished: None,
             models_off: Vec::new(),
             models_behind: Vec::new(),
+            admitted: 0,
+            prompt_logprobs_sent: 0,
             req,
         }
     }
@@ -98,6 +105,11 @@ impl Seq {
     /// Every prompt position is in the cache and the last committed token is pending.
     pub fn decoding(&self) -> bool {
         self.kv_len + 1 == self.tokens.len() && self.tokens.len() > self.prompt_len()
+    }
+
+    /// Slots the next step may touch: the committed tokens and one window past them.
+    pub fn slots_needed(&self) -> usize {
+        (self.tokens.len() + crate::cost::MAX_DRAFT + 1).min(self.max_slots())
     }
 
     /// Slots a request can ever need: the prompt, the reply, and one window past it.
