@@ -55,6 +55,10 @@ pub struct CacheStats {
     pub evictions: u64,
 }
 
+/// A block-table entry whose block went back to the pool: every layer of a sliding-window
+/// model has left those positions behind, so nothing reads or writes them again.
+pub const FREED: BlockId = BlockId::MAX;
+
 pub struct BlockPool {
     total: usize,
     /// Blocks holding nothing reusable.
@@ -208,20 +212,34 @@ impl BlockPool {
     /// prefix's first block would strand all the others.
     pub fn release(&mut self, table: &mut Vec<BlockId>) {
         for b in table.drain(..).rev() {
-            let r = &mut self.refs[b as usize];
-            *r -= 1;
-            if *r > 0 {
-                continue;
-            }
-            if self.hash_of[b as usize].is_some() {
-                self.tick += 1;
-                self.lru.insert(self.tick, b);
-                self.lru_tick[b as usize] = self.tick;
-            } else {
-                self.free.push(b);
-            }
+            self.unref(b);
         }
         self.trim_cache();
+    }
+
+    /// Returns one block of a table (left behind by every layer's window); its entry becomes
+    /// [`FREED`].
+    pub fn release_one(&mut self, entry: &mut BlockId) {
+        self.unref(std::mem::replace(entry, FREED));
+        self.trim_cache();
+    }
+
+    fn unref(&mut self, b: BlockId) {
+        if b == FREED {
+            return;
+        }
+        let r = &mut self.refs[b as usize];
+        *r -= 1;
+        if *r > 0 {
+            return;
+        }
+        if self.hash_of[b as usize].is_some() {
+            self.tick += 1;
+            self.lru.insert(self.tick, b);
+            self.lru_tick[b as usize] = self.tick;
+        } else {
+            self.free.push(b);
+        }
     }
 
     /// The cached blocks of the longest prefix of `hashes`, each now referenced once more.

@@ -138,6 +138,10 @@ pub struct Engine {
     /// Sequences admitted (the next one's `Seq::admitted`), and sent back to wait for room.
     admissions: u64,
     preemptions: u64,
+    /// Every layer's window when all of them slide (`Runner::window`), and the blocks freed
+    /// behind it since the start.
+    window: Option<usize>,
+    window_frees: u64,
     /// Where the wall time goes (`TENSORFOLD_ENGINE_TIMES=1`).
     times: times::Times,
     sampler: Sampler,
@@ -156,6 +160,7 @@ impl Engine {
         }
         let blocks = BlockPool::new(runner.kv_blocks());
         let salt = runner.cache_salt();
+        let window = runner.window();
         Engine {
             runner,
             copies: Copies::default(),
@@ -171,6 +176,8 @@ impl Engine {
             generated: 0,
             admissions: 0,
             preemptions: 0,
+            window,
+            window_frees: 0,
             times: times::Times::from_env(),
             sampler: Sampler::new(),
             salt,
@@ -249,7 +256,7 @@ impl Engine {
         let id = self.next_id;
         self.next_id += 1;
         let seq = Seq::new(id, req, events);
-        if seq.max_slots().div_ceil(tf_kernels::kv::BLOCK_SIZE) > self.blocks.total() {
+        if self.blocks_held_at_most(&seq) > self.blocks.total() {
             return Err(EngineError::InvalidRequest(
                 "the request needs more KV cache than the engine has".into(),
             ));
@@ -303,7 +310,10 @@ impl Engine {
             });
             // Room for the prompt and a stretch of the reply; the table grows with the reply
             // (`grow_running`), so a large `max_tokens` does not take the pool up front.
-            let slots = (s.slots_needed() + GROW_AHEAD).min(s.max_slots());
+            // (Past the cached prefix in either tier, whose blocks are loaded now.)
+            s.kv_len = (in_ram + on_disk) * BLOCK_SIZE;
+            let slots = (s.slots_needed(self.config.max_step_rows) + GROW_AHEAD).min(s.max_slots());
+            s.kv_len = 0;
             s.table = cached;
             let grown = self.blocks.grow(&mut s.table, slots);
             if !grown {
@@ -398,6 +408,7 @@ impl Engine {
         }
         self.commit(&plans, verdicts);
         self.index_blocks();
+        self.free_outside_windows();
         self.reap();
         self.catch_up_models();
         self.times.add(times::Part::Commit, t_commit, None);
@@ -412,7 +423,7 @@ impl Engine {
         let mut i = 0;
         while i < self.running.len() {
             let s = &mut self.running[i];
-            let need = s.slots_needed();
+            let need = s.slots_needed(self.config.max_step_rows);
             if need.div_ceil(BLOCK_SIZE) <= s.table.len() {
                 i += 1;
                 continue;
@@ -442,12 +453,54 @@ impl Engine {
         self.spill_evicted();
         s.hashes.clear();
         s.kv_len = 0;
+        s.freed_blocks = 0;
         for m in &mut self.models {
             m.release(s.id);
         }
         s.models_behind.clear();
         self.preemptions += 1;
         self.waiting.push_front(s);
+    }
+
+    /// For a model whose every layer slides: each running sequence's blocks that no row can read
+    /// again go back to the pool (the next rows start at `kv_len`; a row's window is read from
+    /// the start of the key chunk holding its first key). Their indexed ones stay in the prefix
+    /// cache until evicted. Not with draft models, whose caches use the same block ids.
+    fn free_outside_windows(&mut self) {
+        let Some(w) = self.window else { return };
+        if !self.models.is_empty() {
+            return;
+        }
+        let chunk = tf_kernels::attention::KEY_CHUNK;
+        for s in &mut self.running {
+            let first = (s.kv_len + 1).saturating_sub(w) / chunk * chunk;
+            let upto = (first / BLOCK_SIZE).min(s.table.len());
+            while s.freed_blocks < upto {
+                self.blocks.release_one(&mut s.table[s.freed_blocks]);
+                s.freed_blocks += 1;
+                self.window_frees += 1;
+            }
+        }
+        self.spill_evicted();
+    }
+
+    /// The most blocks `s` can hold at once: all of its slots, or, where every layer slides
+    /// and blocks behind the window are freed, a window, its chunk, one step and the growth.
+    fn blocks_held_at_most(&self, s: &Seq) -> usize {
+        let all = s.max_slots().div_ceil(BLOCK_SIZE);
+        match (self.window, self.models.is_empty()) {
+            (Some(w), true) => {
+                let step = self.config.max_step_rows.max(MAX_DRAFT + 1);
+                let live = w + tf_kernels::attention::KEY_CHUNK + step + GROW_AHEAD;
+                all.min(live.div_ceil(BLOCK_SIZE) + 2)
+            }
+            _ => all,
+        }
+    }
+
+    /// Blocks freed behind sliding windows since the engine started.
+    pub fn window_frees(&self) -> u64 {
+        self.window_frees
     }
 
     /// Sequences sent back to wait for KV room since the engine started.

@@ -16,6 +16,11 @@ pub trait Runner: Send {
     fn kv_blocks(&self) -> usize;
     /// The longest sequence the model supports.
     fn context_len(&self) -> usize;
+    /// Keys a row reads at most when every layer of the model slides (`Plan::all_windowed`):
+    /// blocks further back may be freed. `None`: some layer reads the whole prefix.
+    fn window(&self) -> Option<usize> {
+        None
+    }
     /// Runs `rows`, writing each row's key and value into its slot first; returns the logits of
     /// the rows with `logits: true`, in order, `vocab()` values each.
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError>;
@@ -203,6 +208,9 @@ impl ModelRunner {
 impl Runner for ModelRunner {
     fn vocab(&self) -> usize {
         self.model.config.vocab
+    }
+    fn window(&self) -> Option<usize> {
+        self.model.plan.all_windowed()
     }
     fn kv_blocks(&self) -> usize {
         self.kv.blocks

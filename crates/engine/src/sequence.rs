@@ -43,6 +43,8 @@ pub(crate) struct Seq {
     /// Prompt positions whose rows' log-probabilities went out (`Request::prompt_logprobs`):
     /// a sequence prefilled again after preemption does not send them twice.
     pub prompt_logprobs_sent: usize,
+    /// Leading table entries already freed (behind every layer's window).
+    pub freed_blocks: usize,
 }
 
 impl Seq {
@@ -72,6 +74,7 @@ impl Seq {
             models_behind: Vec::new(),
             admitted: 0,
             prompt_logprobs_sent: 0,
+            freed_blocks: 0,
             req,
         }
     }
@@ -107,9 +110,11 @@ impl Seq {
         self.kv_len + 1 == self.tokens.len() && self.tokens.len() > self.prompt_len()
     }
 
-    /// Slots the next step may touch: the committed tokens and one window past them.
-    pub fn slots_needed(&self) -> usize {
-        (self.tokens.len() + crate::cost::MAX_DRAFT + 1).min(self.max_slots())
+    /// Slots the next step may touch: the committed tokens (a prefill at most `step_rows` of
+    /// them further) and one window past them.
+    pub fn slots_needed(&self, step_rows: usize) -> usize {
+        let upto = self.tokens.len().min(self.kv_len + step_rows.max(1));
+        (upto + crate::cost::MAX_DRAFT + 1).min(self.max_slots())
     }
 
     /// Slots a request can ever need: the prompt, the reply, and one window past it.

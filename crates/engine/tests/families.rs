@@ -170,3 +170,39 @@ fn resumed_equals_fresh_on_every_family() {
         }
     }
 }
+
+/// A model whose every layer slides (Phi-3 here) gives back the blocks behind its window as a
+/// reply grows, and its replies stay those of the serial run, alone and concurrent, and when a
+/// conversation resumes from the prefix cache. The pool is smaller than one whole reply.
+#[test]
+fn all_sliding_models_free_the_blocks_behind_the_window() {
+    let target = family_model("phi3", DType::Q4K, 41, 2, None);
+    let reqs: Vec<Request> = (0..3u64)
+        .map(|i| {
+            let mut r = request(60 + i, i == 1, 40 + 9 * i as usize, 300);
+            r.ignore_eos = true;
+            r
+        })
+        .collect();
+    let serials: Vec<Run> = reqs.iter().map(|r| serial(&target, r)).collect();
+    // 16 blocks: 256 positions, fewer than one reply's 340.
+    let config = EngineConfig {
+        max_step_rows: 32,
+        ..drafting(2)
+    };
+    let mut b = bench(&target, None, 2, config.clone(), 16 * 16);
+    let runs = run_all(&mut b, reqs.iter().map(|r| (0, r.clone())).collect());
+    assert!(b.engine.window_frees() > 0, "nothing was freed");
+    for (i, (got, want)) in runs.iter().zip(&serials).enumerate() {
+        assert_same(got, want, &format!("request {i}"));
+        assert_eq!(got.tokens.len(), 300);
+    }
+    // The next turn of the first conversation, on this engine and on a fresh one.
+    let mut next = reqs[0].clone();
+    next.prompt.extend(&runs[0].tokens);
+    next.prompt.extend(prompt(99, 12));
+    next.max_tokens = 24;
+    let resumed = run_all(&mut b, vec![(0, next.clone())]).remove(0);
+    let fresh = solo(&target, None, config, &next);
+    assert_same(&resumed, &fresh, "resumed");
+}

@@ -58,6 +58,11 @@ pub fn layout(rows: &[Row], blocks: usize) -> Result<RowLayout, EngineError> {
             None => {
                 let o = h.tables.len() as i32;
                 for &b in row.table {
+                    // A freed entry (behind every layer's window) is never read: any id does.
+                    if b == tf_engine::blocks::FREED {
+                        h.tables.push(0);
+                        continue;
+                    }
                     if b as usize >= blocks {
                         return Err(beyond(b as usize, blocks));
                     }

@@ -264,6 +264,9 @@ impl Runner for CudaRunner {
     fn context_len(&self) -> usize {
         self.context_len
     }
+    fn window(&self) -> Option<usize> {
+        self.model.plan.all_windowed()
+    }
     fn forward(&mut self, rows: &[Row]) -> std::result::Result<Vec<f32>, EngineError> {
         let mut out = Vec::new();
         self.forward_into(rows, &mut out)?;
