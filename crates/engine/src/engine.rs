@@ -302,7 +302,7 @@ impl Engine {
             let cached = self.blocks.lookup(&hashes);
             let in_ram = cached.len();
             // The disk tier may continue the chain where RAM stops.
-            let on_disk = self.spill.as_ref().map_or(0, |st| {
+            let mut on_disk = self.spill.as_ref().map_or(0, |st| {
                 hashes[in_ram..]
                     .iter()
                     .take_while(|h| st.contains(h))
@@ -310,12 +310,21 @@ impl Engine {
             });
             // Room for the prompt and a stretch of the reply; the table grows with the reply
             // (`grow_running`), so a large `max_tokens` does not take the pool up front.
-            // (Past the cached prefix in either tier, whose blocks are loaded now.)
-            s.kv_len = (in_ram + on_disk) * BLOCK_SIZE;
-            let slots = (s.slots_needed(self.config.max_step_rows) + GROW_AHEAD).min(s.max_slots());
-            s.kv_len = 0;
+            // (Past the cached prefix in either tier, whose blocks are loaded now; a disk part
+            // that does not fit the whole pool is prefilled instead.)
             s.table = cached;
-            let grown = self.blocks.grow(&mut s.table, slots);
+            let grown = loop {
+                s.kv_len = (in_ram + on_disk) * BLOCK_SIZE;
+                let slots =
+                    (s.slots_needed(self.config.max_step_rows) + GROW_AHEAD).min(s.max_slots());
+                s.kv_len = 0;
+                let ok = self.blocks.grow(&mut s.table, slots);
+                // Waiting helps while others run; alone, the disk part can never fit.
+                if ok || on_disk == 0 || !self.running.is_empty() {
+                    break ok;
+                }
+                on_disk = 0;
+            };
             if !grown {
                 self.blocks.release(&mut s.table);
             }

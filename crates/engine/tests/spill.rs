@@ -514,3 +514,44 @@ fn a_store_of_another_salt_finds_nothing() {
     assert_eq!(store.len(), held.len());
     assert!(store.get(&hashes[0]).is_some());
 }
+
+/// A sliding-window model whose conversation outgrew the pool: after a restart its next turn's
+/// cached prefix is on disk and larger than the whole pool, so it is prefilled instead of
+/// loaded (waiting for room would never end), and the reply equals a fresh one.
+#[test]
+fn a_windowed_prefix_larger_than_the_pool_is_prefilled_not_awaited() {
+    let mut spec = tf_models::synth::SynthSpec::tiny("phi3", tf_core::DType::Q4K);
+    spec.seed = 43;
+    spec.sliding_window = Some(21);
+    let mut bytes = tf_models::synth::synth_gguf(&spec).to_bytes();
+    centre(&mut bytes, 43, CENTRED);
+    let gguf = tf_weights::GgufFile::from_bytes(bytes, "tiny.gguf").unwrap();
+    let target = Arc::new(Model::from_gguf(gguf).unwrap());
+    let config = EngineConfig {
+        max_step_rows: 32,
+        ..drafting(2)
+    };
+    let dir = TempDir::new("windowed");
+    // 16 blocks: 256 positions.
+    let mut b = bench(&target, None, 2, config.clone(), 16 * 16);
+    let store = SpillStore::open(&dir.0, BIG, b.engine.salt()).unwrap();
+    b.engine.set_spill(store).unwrap();
+    let mut first = request(70, false, 40, 300);
+    first.ignore_eos = true;
+    let one = run_all(&mut b, vec![(0, first.clone())]).remove(0);
+    assert!(spill_stats(&b).writes > 0, "nothing reached the disk tier");
+    let mut next = first.clone();
+    next.prompt.extend(&one.tokens);
+    next.prompt.extend(prompt(71, 12));
+    next.max_tokens = 16;
+    // A restarted engine finds the whole prefix, 21 blocks, on disk only.
+    b.engine.spill_all();
+    drop(b);
+    let mut b = bench(&target, None, 2, config.clone(), 16 * 16);
+    let store = SpillStore::open(&dir.0, BIG, b.engine.salt()).unwrap();
+    b.engine.set_spill(store).unwrap();
+    let resumed = run_all(&mut b, vec![(0, next.clone())]).remove(0);
+    let fresh = solo(&target, None, config, &next);
+    assert_same(&resumed, &fresh, "the next turn");
+    assert!(resumed.receipt.cached_tokens < 16 * 16);
+}
