@@ -16,6 +16,7 @@ pub mod params;
 pub mod prompt;
 pub mod routes;
 pub mod state;
+pub mod store;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};

@@ -8,7 +8,7 @@ use tf_text::{ChatTemplate, Tokenizer};
 
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::Metrics;
-use crate::routes::responses_store::ResponseStore;
+use crate::store::ResponseStore;
 
 /// Sampling defaults set on the command line; a request's own fields win.
 #[derive(Clone, Debug, Default)]

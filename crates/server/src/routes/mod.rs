@@ -8,5 +8,4 @@ pub mod info;
 pub mod messages;
 pub mod responses;
 pub mod responses_events;
-pub mod responses_store;
 pub mod responses_ws;
