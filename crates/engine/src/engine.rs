@@ -273,6 +273,21 @@ impl Engine {
         Ok(id)
     }
 
+    /// Ends request `id`'s reply after its first `keep` tokens (the client's stop string ended
+    /// there): the tokens past them are dropped, and the receipt covers exactly the reply.
+    pub fn stop_at(&mut self, id: SeqId, keep: usize) {
+        for s in self.running.iter_mut().chain(self.waiting.iter_mut()) {
+            if s.id == id && s.finished.is_none() {
+                let end = s.prompt_len() + keep;
+                if s.tokens.len() > end {
+                    s.tokens.truncate(end);
+                    s.kv_len = s.kv_len.min(end);
+                }
+                s.finished = Some(FinishReason::Stop);
+            }
+        }
+    }
+
     pub fn cancel(&mut self, id: SeqId) {
         for s in self.running.iter_mut().chain(self.waiting.iter_mut()) {
             if s.id == id && s.finished.is_none() {

@@ -17,6 +17,7 @@ enum Command {
         oneshot::Sender<Result<SeqId, EngineError>>,
     ),
     Cancel(SeqId),
+    StopAt(SeqId, usize),
     Stats(oneshot::Sender<EngineStats>),
     SpillAll(oneshot::Sender<usize>),
 }
@@ -85,6 +86,12 @@ impl EngineHandle {
         let _ = self.tx.send(Command::Cancel(id));
     }
 
+    /// Ends request `id`'s reply after its first `keep` tokens (a stop string matched there):
+    /// its receipt covers exactly those.
+    pub fn stop_at(&self, id: SeqId, keep: usize) {
+        let _ = self.tx.send(Command::StopAt(id, keep));
+    }
+
     pub fn stats(&self) -> Option<EngineStats> {
         let (rtx, rrx) = oneshot::channel();
         self.tx.send(Command::Stats(rtx)).ok()?;
@@ -137,6 +144,7 @@ fn run(mut engine: Engine, rx: mpsc::Receiver<Command>) {
                 let _ = reply.send(engine.submit(req, events));
             }
             Command::Cancel(id) => engine.cancel(id),
+            Command::StopAt(id, keep) => engine.stop_at(id, keep),
             Command::Stats(reply) => {
                 let _ = reply.send(EngineStats {
                     running: engine.running(),

@@ -238,7 +238,9 @@ impl Generation {
                 StopScan::Matched { emit, stop } => {
                     text.push_str(&emit);
                     self.stop_hit = Some(stop);
-                    self.backend.engine.cancel(self.id);
+                    // The reply ends at this token: the engine drops the rest and its receipt
+                    // covers exactly these tokens.
+                    self.backend.engine.stop_at(self.id, self.tokens.len());
                     break;
                 }
             }
@@ -283,7 +285,12 @@ impl Generation {
             }
             _ => metrics.finished(&receipt, self.tokens.len(), e2e_secs),
         }
-        let sha = token_sha(&self.tokens);
+        // The engine's receipt covers the reply (a stop string's cut included, `stop_at`);
+        // where it could not (the engine ended the request first, or stopped), the reply's own.
+        let sha = match receipt.completion_tokens == self.tokens.len() {
+            true if !receipt.token_sha.is_empty() => receipt.token_sha.clone(),
+            _ => token_sha(&self.tokens),
+        };
         log_line(
             self.id,
             &finish,
