@@ -114,6 +114,10 @@ pub struct ServeArgs {
     /// No live status line on the terminal (it is shown only when stderr is one).
     #[arg(long)]
     pub no_live: bool,
+    /// One stderr line per HTTP request (method, path, status, time to the response's start)
+    /// and per Responses WebSocket `response.create`.
+    #[arg(long)]
+    pub access_log: bool,
 }
 
 /// `--parallel`: a number, or `None` for `auto`.
@@ -188,6 +192,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     config.header_timeout = std::time::Duration::from_secs(args.header_timeout.into());
     config.body_timeout = std::time::Duration::from_secs(args.body_timeout.into());
     config.dashboard = !args.no_dashboard;
+    config.access_log = args.access_log;
     let state = AppState::new(config);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -3,6 +3,7 @@
 //! engine's handle. No numerics here: requests become token ids and sampling parameters
 //! ([`generate`]), the engine's events become text ([`output`]) and API replies ([`routes`]).
 
+pub mod access;
 pub mod auth;
 pub mod blocking;
 pub mod error;
@@ -62,6 +63,7 @@ pub fn router(state: SharedState) -> Router {
             state.clone(),
             auth::require_key,
         ))
+        .layer(middleware::from_fn_with_state(state.clone(), access::log))
         .with_state(state)
 }
 

@@ -43,6 +43,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Serve `/dashboard` (the page; `/stats` is always there).
     pub dashboard: bool,
+    /// One stderr line per HTTP request and per WebSocket `response.create` (`access.rs`).
+    pub access_log: bool,
 }
 
 impl ServerConfig {
@@ -60,6 +62,7 @@ impl ServerConfig {
             body_timeout: std::time::Duration::from_secs(60),
             max_connections: 1024,
             dashboard: true,
+            access_log: false,
         }
     }
 

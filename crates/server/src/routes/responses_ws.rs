@@ -134,7 +134,9 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
                 Incoming::Ignore => continue,
             },
         };
-        let mut run = match start(state, event, &recent).await {
+        let started = start(state, event, &recent).await;
+        crate::access::ws_create(state, started.as_ref().err().map(|e| e.status.as_u16()));
+        let mut run = match started {
             Ok(Started::Run(run)) => run,
             Ok(Started::Answered(events, id, conversation)) => {
                 recent.add(id, conversation);
