@@ -41,10 +41,11 @@ impl Ask {
     pub(crate) fn for_round(running: &[Seq], plans: &[Plan], rows: &[Row]) -> Ask {
         let windows = || plans.iter().filter(|p| p.window);
         let params = |p: &Plan| &running[p.seq].req.params;
-        // Log-probabilities are read from the logits rows (of windows and of prompts).
+        // Log-probabilities are read from the logits rows (of windows and of prompts); a
+        // grammar masks them.
         let wants = |p: &Plan| {
-            let r = &running[p.seq].req;
-            r.logprobs.is_some() || r.prompt_logprobs
+            let s = &running[p.seq];
+            s.req.logprobs.is_some() || s.req.prompt_logprobs || (p.window && s.guide.is_some())
         };
         if plans.iter().any(wants) {
             return Ask::Logits;
@@ -172,11 +173,32 @@ pub(crate) struct Verdict {
 /// Draws window `p`'s tokens from its rows (output rows `at..`) and accepts the guesses they
 /// confirm: the main chain, else the first extra branch that starts with the target's own first
 /// token; stops at the first guess the target does not draw.
+///
+/// A sequence with a grammar draws each row among the tokens the grammar allows after the
+/// tokens drawn before it, and its guide takes every emitted token (`constraint.rs`).
 pub(crate) fn accept(drawn: Drawn, sampler: &mut Sampler, s: &Seq, p: &Plan, at: usize) -> Verdict {
     let len = s.tokens.len();
     let k = p.drafts.len();
     let mut history = s.generated().to_vec();
-    let first = drawn.token(sampler, at, &s.req.params, s.seed, len as u64, &history);
+    let mut draw = |r: usize, position: u64, history: &[TokenId]| {
+        let (params, seed) = (&s.req.params, s.seed);
+        let t = match &s.guide {
+            None => drawn.token(sampler, r, params, seed, position, history),
+            Some(g) => {
+                let row = drawn
+                    .row(r)
+                    .expect("a round with a grammar brings logits back");
+                g.masked(row, |row| {
+                    sampler.sample(row, params, seed, position, history)
+                })
+            }
+        };
+        if let Some(g) = &s.guide {
+            g.advance(t);
+        }
+        t
+    };
+    let first = draw(at, len as u64, &history);
     // Output row r drew token t: its log-probability, where the request asks.
     let logprob = |r: usize, t: TokenId| {
         s.req.logprobs.map(|top| {
@@ -211,14 +233,7 @@ pub(crate) fn accept(drawn: Drawn, sampler: &mut Sampler, s: &Seq, p: &Plan, at:
         history.push(first);
         loop {
             let r = at + offset + v.accepted - 1;
-            let t = drawn.token(
-                sampler,
-                r,
-                &s.req.params,
-                s.seed,
-                (len + v.accepted) as u64,
-                &history,
-            );
+            let t = draw(r, (len + v.accepted) as u64, &history);
             v.emitted.push(t);
             v.logprobs.extend(logprob(r, t));
             if v.accepted < branch.len() && branch[v.accepted] == t {

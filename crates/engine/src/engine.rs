@@ -492,9 +492,14 @@ impl Engine {
                 if room == 0 {
                     continue;
                 }
-                let (source, drafts) = self.choose_drafts(plan.seq, rows - 1, room);
+                let (source, mut drafts) = self.choose_drafts(plan.seq, rows - 1, room);
+                // Guesses a grammar forbids are never drawn: they are cut, not verified.
+                let guide = self.running[plan.seq].guide.as_ref();
+                if let Some(g) = guide {
+                    drafts.truncate(g.valid_prefix(&drafts));
+                }
                 rows += drafts.len();
-                if matches!(source, Some(Source::Copies(_))) {
+                if matches!(source, Some(Source::Copies(_))) && guide.is_none() {
                     let (branches, slots) = self.choose_branches(plan.seq, &drafts, rows, room);
                     rows += branches.iter().map(Vec::len).sum::<usize>();
                     plan.branches = branches;

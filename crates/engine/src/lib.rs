@@ -13,6 +13,7 @@
 //! * [`blocks`]: KV block ids and the prefix cache; [`spill`]: its disk tier.
 
 pub mod blocks;
+pub mod constraint;
 pub mod cost;
 mod draw;
 mod engine;
@@ -27,6 +28,7 @@ pub mod sampler;
 mod sequence;
 pub mod spill;
 
+pub use constraint::{Constraint, ConstraintSource, Grammar};
 pub use engine::{Engine, EngineConfig};
 pub use error::EngineError;
 pub use handle::{EngineHandle, EngineStats, EventStream};

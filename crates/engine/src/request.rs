@@ -23,6 +23,9 @@ pub struct Request {
     /// before it ([`Event::PromptLogprobs`], with `logprobs` alternatives): the whole prompt
     /// is computed (no cached prefix is reused).
     pub prompt_logprobs: bool,
+    /// A grammar the reply follows (structured output): each token is drawn among those it
+    /// allows after the tokens before it ([`crate::constraint`]).
+    pub grammar: Option<crate::constraint::Grammar>,
 }
 
 impl Request {
@@ -36,6 +39,7 @@ impl Request {
             draft: true,
             logprobs: None,
             prompt_logprobs: false,
+            grammar: None,
         }
     }
 }

@@ -45,6 +45,8 @@ pub(crate) struct Seq {
     pub prompt_logprobs_sent: usize,
     /// Leading table entries already freed (behind every layer's window).
     pub freed_blocks: usize,
+    /// The request's grammar state, where it has one.
+    pub guide: Option<crate::constraint::Guide>,
 }
 
 impl Seq {
@@ -75,6 +77,10 @@ impl Seq {
             admitted: 0,
             prompt_logprobs_sent: 0,
             freed_blocks: 0,
+            guide: req
+                .grammar
+                .as_ref()
+                .map(|g| crate::constraint::Guide::new(g, &req.stop_tokens)),
             req,
         }
     }

@@ -32,6 +32,8 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
     /// Also the prompt tokens' log-probabilities (the completions API's `echo`).
     pub prompt_logprobs: bool,
+    /// The grammar the reply follows (structured output).
+    pub grammar: Option<tf_engine::Grammar>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +122,7 @@ impl Generation {
             draft: req.draft,
             logprobs: req.logprobs,
             prompt_logprobs: req.prompt_logprobs,
+            grammar: req.grammar,
         };
         // Harmony replies keep their control tokens: the reply parser reads the channels.
         let decoder = StreamDecoder::new(backend.tool_format != ToolFormat::Harmony);

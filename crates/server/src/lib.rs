@@ -18,6 +18,7 @@ pub mod prompt;
 pub mod routes;
 pub mod state;
 pub mod store;
+pub mod structured;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};

@@ -19,6 +19,8 @@ pub struct GenFields {
     /// Log-probabilities of the reply's tokens with this many alternatives each (set by the
     /// APIs that have them: [`chat_logprobs`], [`completion_logprobs`]).
     pub logprobs: Option<usize>,
+    /// The shape the reply must have (structured output), set by each API's parser.
+    pub structure: Option<crate::structured::Structure>,
 }
 
 /// Chat's `logprobs` (bool) and `top_logprobs` (0..=20, only with `logprobs`).
@@ -133,6 +135,7 @@ pub fn read(
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         draft: f.bool("draft")?.unwrap_or(true),
         logprobs: None,
+        structure: None,
     })
 }
 

@@ -25,6 +25,8 @@ pub struct ChatPrompt {
     /// Template-shaped tools (`{"type": "function", "function": {..}}`).
     pub tools: Vec<Value>,
     pub tool_choice: Option<ToolChoice>,
+    /// A reply may hold several tool calls (where the format has room for them).
+    pub parallel_tool_calls: bool,
     /// Extra template variables (`enable_thinking`, `reasoning_effort`, ...).
     pub kwargs: Map<String, Value>,
 }
@@ -41,6 +43,9 @@ pub struct Rendered {
     pub prefill: String,
     /// The reply comes in the harmony format (gpt-oss).
     pub harmony: bool,
+    /// The reply's content has a requested shape (structured output): JSON content is not a
+    /// call.
+    pub shaped: bool,
 }
 
 impl Rendered {
@@ -50,6 +55,9 @@ impl Rendered {
             true => ReplyParser::harmony(self.tools.is_some(), call_prefix),
             false => ReplyParser::new(self.in_think, self.tools, call_prefix),
         };
+        if self.shaped {
+            parser.no_bare_calls();
+        }
         if !self.prefill.is_empty() {
             let _ = parser.push(&self.prefill);
         }
@@ -303,7 +311,7 @@ pub fn tool_choice(value: Option<&Value>) -> ApiResult<Option<ToolChoice>> {
     }
 }
 
-fn tool_name(tool: &Value) -> Option<&str> {
+pub fn tool_name(tool: &Value) -> Option<&str> {
     tool.get("function")?.get("name")?.as_str()
 }
 
@@ -480,5 +488,6 @@ pub fn render(backend: &Backend, chat: &ChatPrompt) -> ApiResult<Rendered> {
         tools: (!tools.is_empty()).then_some(backend.tool_format),
         prefill,
         harmony,
+        shaped: false,
     })
 }

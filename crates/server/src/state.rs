@@ -96,6 +96,8 @@ pub struct Backend {
     pub tool_format: ToolFormat,
     /// Whether the engine drafts at all (`--no-drafts` turns it off).
     pub drafts: bool,
+    /// The structured-output compiler for this vocabulary, built on first use.
+    grammar: OnceLock<Result<Arc<tf_grammar::Vocabulary>, String>>,
 }
 
 impl Backend {
@@ -126,7 +128,20 @@ impl Backend {
             total_blocks,
             tool_format,
             drafts,
+            grammar: OnceLock::new(),
         })
+    }
+
+    /// The structured-output compiler for this model's vocabulary (built by the first request
+    /// that asks: a fraction of a second for a large vocabulary; run it off the async workers).
+    pub fn grammar_vocabulary(&self) -> Result<Arc<tf_grammar::Vocabulary>, String> {
+        self.grammar
+            .get_or_init(|| {
+                tf_grammar::Vocabulary::new(&self.tokenizer)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
     }
 }
 

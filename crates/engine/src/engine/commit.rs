@@ -160,6 +160,16 @@ impl Engine {
             if s.events.send(Event::Tokens(kept)).is_err() {
                 s.finished = Some(FinishReason::Cancelled);
             }
+            // A grammar that failed (its limits, or no token allowed) ends the reply with its
+            // reason.
+            if let Some(why) = s.guide.as_ref().and_then(|g| g.failure()) {
+                if s.finished != Some(FinishReason::Cancelled) {
+                    let _ = s
+                        .events
+                        .send(Event::Error(format!("the grammar failed: {why}")));
+                    s.finished = Some(FinishReason::Error);
+                }
+            }
             let committed = s.tokens.len();
             let id = s.id;
             if let Some(src) = p.source {

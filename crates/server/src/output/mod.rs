@@ -69,6 +69,16 @@ impl ReplyParser {
         }
     }
 
+    /// Content with a requested shape (structured output) is never read as a call written
+    /// without tags: tagged calls are still parsed, bare JSON stays content.
+    pub fn no_bare_calls(&mut self) {
+        match &mut self.tools {
+            ToolScan::Tagged { lead, .. } if lead.is_none() => *lead = Some(false),
+            ToolScan::Bare { .. } => self.tools = ToolScan::Off,
+            _ => {}
+        }
+    }
+
     /// A parser of harmony replies; `tools`: tools were offered (calls are parsed).
     pub fn harmony(tools: bool, call_prefix: String) -> ReplyParser {
         ReplyParser {

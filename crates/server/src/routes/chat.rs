@@ -165,19 +165,12 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ChatRequest> {
             "'messages' must not be empty",
         ));
     }
-    if let Some(format) = f.object("response_format")? {
-        let kind = format.str("type")?.unwrap_or("text");
-        if !["text", "json_object", "json_schema"].contains(&kind) {
-            return Err(ApiError::invalid(
-                "response_format.type",
-                format!("unknown response_format type '{kind}'"),
-            ));
-        }
-    }
+    let parallel_tool_calls = f.bool("parallel_tool_calls")?.unwrap_or(true);
     let chat = ChatPrompt {
         messages: messages(list)?,
         tools: chat_tools(&f)?,
         tool_choice: prompt::tool_choice(f.get("tool_choice"))?,
+        parallel_tool_calls,
         kwargs: template_kwargs(&f)?,
     };
     let mut gen = params::read(
@@ -187,6 +180,7 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ChatRequest> {
         "stop",
     )?;
     gen.logprobs = params::chat_logprobs(&f)?;
+    gen.structure = crate::structured::openai(&f)?;
     let include_usage = match f.object("stream_options")? {
         Some(o) => o.bool("include_usage")?.unwrap_or(false),
         None => false,
@@ -196,7 +190,7 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ChatRequest> {
         gen,
         stream: f.bool("stream")?.unwrap_or(false),
         include_usage,
-        parallel_tool_calls: f.bool("parallel_tool_calls")?.unwrap_or(true),
+        parallel_tool_calls,
     })
 }
 
@@ -209,9 +203,24 @@ pub async fn start(
     prompt_param: &str,
     wording: params::Wording,
 ) -> ApiResult<(Generation, Rendered)> {
-    let rendered = {
-        let (backend, chat) = (backend.clone(), chat.clone());
-        crate::blocking::run(move || prompt::render(&backend, &chat)).await?
+    // The prompt, and the grammar its reply follows (a tool call's depends on the prompt).
+    let (rendered, grammar) = {
+        let (backend, chat, structure) = (backend.clone(), chat.clone(), gen.structure.clone());
+        crate::blocking::run(move || {
+            let mut rendered = prompt::render(&backend, &chat)?;
+            let must_call = matches!(
+                chat.tool_choice,
+                Some(prompt::ToolChoice::Required | prompt::ToolChoice::Named(_))
+            );
+            rendered.shaped = structure.is_some() && !must_call;
+            let spec =
+                crate::structured::reply_spec(&backend, &chat, &rendered, structure.as_ref())?;
+            let grammar = spec
+                .map(|s| crate::structured::compile(&backend, &s))
+                .transpose()?;
+            Ok((rendered, grammar))
+        })
+        .await?
     };
     let max_tokens = params::reply_length(
         prompt_param,
@@ -230,6 +239,7 @@ pub async fn start(
         draft: gen.draft,
         logprobs: gen.logprobs,
         prompt_logprobs: false,
+        grammar,
     };
     let generation = Generation::start(state.clone(), backend.clone(), request).await?;
     Ok((generation, rendered))

@@ -110,15 +110,24 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
     let max_keys: &[&str] = if prompt_only { &[] } else { &["max_tokens"] };
     let mut gen = params::read(&f, &state.config.defaults, max_keys, "stop")?;
     gen.logprobs = params::completion_logprobs(&f)?;
+    gen.structure = crate::structured::openai(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.object("stream_options")? {
         Some(o) => o.bool("include_usage")?.unwrap_or(false),
         None => false,
     };
     let backend = state.backend()?;
-    let prompt = {
+    let (prompt, grammar) = {
         let (backend, value) = (backend.clone(), f.get("prompt").cloned());
-        crate::blocking::run(move || prompt_ids(&backend, value.as_ref())).await?
+        let structure = gen.structure.clone();
+        crate::blocking::run(move || {
+            let prompt = prompt_ids(&backend, value.as_ref())?;
+            let grammar = structure
+                .map(|s| crate::structured::compile(&backend, &s))
+                .transpose()?;
+            Ok((prompt, grammar))
+        })
+        .await?
     };
     let max_tokens = match prompt_only {
         true => 1,
@@ -156,6 +165,7 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         draft: gen.draft,
         logprobs: gen.logprobs,
         prompt_logprobs: echo && logprobs,
+        grammar,
     };
     let generation = Generation::start(state.clone(), backend.clone(), request).await?;
     let head = Head {

@@ -228,17 +228,23 @@ fn parse(state: &SharedState, body: &Value, need_max_tokens: bool) -> ApiResult<
     if need_max_tokens && !f.has("max_tokens") {
         return Err(ApiError::invalid("max_tokens", "'max_tokens' is required"));
     }
-    let gen = params::read(
+    let mut gen = params::read(
         &f,
         &state.config.defaults,
         &["max_tokens"],
         "stop_sequences",
     )?;
+    gen.structure = crate::structured::anthropic(&f)?;
+    let parallel_tool_calls = match f.object("tool_choice")? {
+        Some(tc) => !tc.bool("disable_parallel_tool_use")?.unwrap_or(false),
+        None => true,
+    };
     Ok(MessagesRequest {
         chat: ChatPrompt {
             messages: conv.finish(),
             tools,
             tool_choice,
+            parallel_tool_calls,
             kwargs,
         },
         gen,

@@ -239,27 +239,20 @@ pub fn parse_on(
     }
     let format = match f.object("text")? {
         Some(text) => match text.object("format")? {
-            Some(format) => {
-                let kind = format.str("type")?.unwrap_or("text");
-                if !["text", "json_object", "json_schema"].contains(&kind) {
-                    return Err(ApiError::invalid(
-                        "text.format.type",
-                        format!("unknown text format '{kind}'"),
-                    ));
-                }
-                format.raw().clone()
-            }
+            Some(format) => format.raw().clone(),
             None => Map::new(),
         },
         None => Map::new(),
     };
-    let gen = params::read(&f, &state.config.defaults, &["max_output_tokens"], "stop")?;
+    let mut gen = params::read(&f, &state.config.defaults, &["max_output_tokens"], "stop")?;
+    gen.structure = crate::structured::responses(&f)?;
+    let parallel_tool_calls = f.bool("parallel_tool_calls")?.unwrap_or(true);
     let tool_choice = prompt::tool_choice(f.get("tool_choice"))?;
     let echo = json!({
         "instructions": instructions,
         "max_output_tokens": gen.max_tokens.as_ref().map(|m| m.0),
         "metadata": f.get("metadata").cloned().unwrap_or(json!({})),
-        "parallel_tool_calls": f.bool("parallel_tool_calls")?.unwrap_or(true),
+        "parallel_tool_calls": parallel_tool_calls,
         "previous_response_id": f.str("previous_response_id")?,
         "reasoning": {"effort": kwargs.get("reasoning_effort"), "summary": null},
         "store": f.bool("store")?.unwrap_or(true),
@@ -275,6 +268,7 @@ pub fn parse_on(
             messages: conv.finish(),
             tools,
             tool_choice,
+            parallel_tool_calls,
             kwargs,
         },
         history,
