@@ -26,6 +26,11 @@ pub trait Constraint: Send {
     /// How many leading `tokens` the grammar takes one after another from the current state
     /// (the state does not move).
     fn valid_prefix(&mut self, tokens: &[TokenId]) -> usize;
+    /// Tokens the grammar forces next, where it leaves only one way on (guesses: a reply may
+    /// spell the same text in other tokens). The state does not move.
+    fn forced(&mut self) -> Vec<TokenId> {
+        Vec::new()
+    }
 }
 
 /// Makes each sequence's fresh [`Constraint`].
@@ -123,6 +128,14 @@ impl Guide {
             return 0;
         }
         self.state.borrow_mut().valid_prefix(tokens)
+    }
+
+    /// Guesses from the grammar: the tokens it forces next.
+    pub fn forced(&self) -> Vec<TokenId> {
+        if self.failure().is_some() {
+            return Vec::new();
+        }
+        self.state.borrow_mut().forced()
     }
 
     pub fn failure(&self) -> Option<String> {

@@ -87,6 +87,8 @@ enum Source {
     Model(usize),
     /// Forced filler guesses (the last token repeated) when nothing else has one.
     Filler,
+    /// The tokens a request's grammar forces next.
+    Grammar,
 }
 
 pub(crate) struct Plan {
@@ -520,6 +522,15 @@ impl Engine {
         room: usize,
     ) -> (Option<Source>, Vec<TokenId>) {
         let s = &self.running[seq];
+        // Where the grammar leaves one way on (a schema's next key, its punctuation), those
+        // tokens are the best guess there is; they cost nothing to propose.
+        if let Some(g) = &s.guide {
+            let mut forced = g.forced();
+            if !forced.is_empty() {
+                forced.truncate(room);
+                return (Some(Source::Grammar), forced);
+            }
+        }
         let view = s.view();
         let (mut copy, match_len) = self.copies.lookup_with_len(view.tokens, room);
         let copy_name = copy_source(match_len);
@@ -613,6 +624,7 @@ impl Engine {
                 copy.truncate(k);
                 copy
             }
+            Some(Source::Grammar) => unreachable!("grammar guesses return early"),
             Some(Source::Filler) => {
                 vec![*s.tokens.last().expect("decoding sequences have tokens"); k]
             }
@@ -689,6 +701,7 @@ impl Engine {
         match source {
             Source::Copies(id) => id,
             Source::Filler => SourceId::Filler,
+            Source::Grammar => SourceId::Grammar,
             Source::Model(i) => self.models[i].id(),
         }
     }

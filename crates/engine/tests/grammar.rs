@@ -1,7 +1,8 @@
 //! Replies under a grammar (`Request::grammar`): every token is one the grammar allows after
 //! the tokens before it, a drafted reply equals its serial twin, concurrent requests equal their
 //! solo runs, guesses the grammar forbids are cut before they are verified, and a grammar that
-//! fails ends its reply with an error. The grammar here is a small automaton written for the
+//! fails ends its reply with an error. The tokens a grammar forces are guessed (source
+//! `grammar`). The grammar here is a small automaton written for the
 //! test; `tf-grammar` (llguidance) supplies real ones through the same trait.
 
 mod common;
@@ -68,6 +69,14 @@ impl Constraint for Parity {
             self.cut.fetch_add(1, Ordering::Relaxed);
         }
         n
+    }
+
+    /// "Forces" two even tokens over the first six (guesses the target often turns down).
+    fn forced(&mut self) -> Vec<TokenId> {
+        match self.taken {
+            0..6 => vec![8, 10],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -139,6 +148,10 @@ fn constrained_replies_follow_the_grammar_and_drafted_equals_serial() {
             let what = format!("request {i}, {what}");
             assert_same(&got, want, &what);
             assert!(got.receipt.drafted > 0, "{what}: no guess was verified");
+            assert!(
+                source(&got.receipt, "grammar").0 > 0,
+                "{what}: no grammar guess"
+            );
             assert!(cut.load(Ordering::Relaxed) > 0, "{what}: no guess was cut");
         }
     }

@@ -6,9 +6,11 @@
 //! are marked special so that text never spells them); [`Vocabulary::compile`] turns a [`Spec`]
 //! into a grammar or a [`GrammarError`] that says what is wrong with it (the API's 400).
 
+mod gbnf;
 mod matcher;
 mod vocab;
 
+pub use gbnf::{looks_like_gbnf, to_lark as gbnf_to_lark};
 pub use vocab::Vocabulary;
 
 use serde_json::Value;
@@ -26,6 +28,8 @@ pub enum Spec {
     /// A grammar in llguidance's Lark dialect (`start:` the top rule; `%json {...}` embeds a
     /// schema).
     Lark(String),
+    /// A grammar in llama.cpp's GBNF (`root ::= ...`), read into Lark.
+    Gbnf(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,9 +48,9 @@ pub const JSON_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,48}";
 
 impl Spec {
     /// The llguidance grammar for this spec.
-    pub(crate) fn top_level(&self) -> llguidance::api::TopLevelGrammar {
+    pub(crate) fn top_level(&self) -> Result<llguidance::api::TopLevelGrammar, GrammarError> {
         use llguidance::api::TopLevelGrammar;
-        match self {
+        Ok(match self {
             Spec::JsonSchema { schema, strict } => {
                 TopLevelGrammar::from_json_schema(with_options(schema.clone(), *strict))
             }
@@ -56,7 +60,10 @@ impl Spec {
             )),
             Spec::Regex(rx) => TopLevelGrammar::from_regex(rx),
             Spec::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
-        }
+            Spec::Gbnf(text) => {
+                TopLevelGrammar::from_lark(gbnf::to_lark(text).map_err(GrammarError::Invalid)?)
+            }
+        })
     }
 }
 

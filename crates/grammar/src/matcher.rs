@@ -48,4 +48,8 @@ impl Constraint for State {
     fn valid_prefix(&mut self, tokens: &[TokenId]) -> usize {
         self.matcher.validate_tokens(tokens).unwrap_or(0)
     }
+
+    fn forced(&mut self) -> Vec<TokenId> {
+        self.matcher.compute_ff_tokens()
+    }
 }

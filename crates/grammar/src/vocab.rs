@@ -74,7 +74,7 @@ impl Vocabulary {
     pub fn compile(&self, spec: &Spec) -> Result<Grammar, GrammarError> {
         let parser = self
             .factory
-            .create_parser(spec.top_level())
+            .create_parser(spec.top_level()?)
             .map_err(|e| GrammarError::Invalid(e.to_string()))?;
         Ok(Grammar(Arc::new(Compiled::new(parser))))
     }

@@ -148,6 +148,25 @@ fn regexes_and_lark_grammars_are_enforced() {
         walk(&vocab, &tok, &call, "<tool_call>\n{\"n\": 4}\n</tool_call>"),
         (None, true)
     );
+    // Free thinking, then a document (the server's grammar for a reply that starts inside
+    // `<think>`).
+    let think = Spec::Lark(
+        "start: thinking body\nthinking[suffix=\"</think>\"]: /(?s:.*)/\nbody: /[ \\n]*/ %json {\"type\": \"object\"}\n"
+            .into(),
+    );
+    assert_eq!(
+        walk(&vocab, &tok, &think, "Hmm, {x} </think>\n\n{\"a\": 1}"),
+        (None, true)
+    );
+    assert_eq!(walk(&vocab, &tok, &think, "</think>{}"), (None, true));
+    assert!(!walk(&vocab, &tok, &think, "no end {\"a\": 1}").1);
+    // llama.cpp's GBNF, read into Lark.
+    let gbnf = Spec::Gbnf(
+        "root ::= answer (\", \" answer){0,2}\nanswer ::= \"yes\" | \"no\" | [0-9]+\n".into(),
+    );
+    assert_eq!(walk(&vocab, &tok, &gbnf, "yes, 42, no"), (None, true));
+    assert!(walk(&vocab, &tok, &gbnf, "yes, 1, 2, 3").0.is_some());
+    assert!(walk(&vocab, &tok, &gbnf, "maybe").0.is_some());
 }
 
 #[test]

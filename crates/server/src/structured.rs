@@ -70,7 +70,7 @@ fn format_object(format: &Fields, name: &str, nested: bool) -> ApiResult<Option<
 }
 
 /// Chat's and completions' shape: `response_format`, or one extension field (`regex`,
-/// `grammar` in Lark, or vLLM's `guided_json`, `guided_regex`, `guided_grammar`,
+/// `grammar` in Lark or GBNF, or vLLM's `guided_json`, `guided_regex`, `guided_grammar`,
 /// `guided_choice`). Two at once is an error.
 pub fn openai(f: &Fields) -> ApiResult<Option<Structure>> {
     let mut found: Vec<Structure> = Vec::new();
@@ -85,10 +85,15 @@ pub fn openai(f: &Fields) -> ApiResult<Option<Structure>> {
             });
         }
     }
+    // Lark, or llama.cpp's GBNF (rules defined with `::=`).
     for key in ["grammar", "guided_grammar"] {
         if let Some(g) = f.str(key)? {
+            let spec = match tf_grammar::looks_like_gbnf(g) {
+                true => Spec::Gbnf(g.to_string()),
+                false => Spec::Lark(g.to_string()),
+            };
             found.push(Structure {
-                spec: Spec::Lark(g.to_string()),
+                spec,
                 param: key.into(),
             });
         }

@@ -40,6 +40,8 @@ pub enum SourceId {
     DraftModel,
     /// Forced guesses (the last token repeated; tests' `min_drafts`).
     Filler,
+    /// The tokens a request's grammar forces next (structured output).
+    Grammar,
     /// A proposer of another kind, by name (tests' scripted ones).
     Other(&'static str),
 }
@@ -69,6 +71,7 @@ impl SourceId {
             SourceId::CopiesTree => "copies-tree",
             SourceId::DraftModel => "draft-model",
             SourceId::Filler => "filler",
+            SourceId::Grammar => "grammar",
             SourceId::Other(name) => name,
         }
     }
