@@ -15,7 +15,7 @@ use anyhow::{anyhow, bail, Result};
 use tf_engine::{EngineConfig, EngineHandle, Event, Receipt, Request, SamplingParams};
 use tf_text::{ChatTemplate, Tokenizer};
 
-use crate::bench::BenchArgs;
+use crate::bench::args::BenchArgs;
 use crate::lanes;
 use crate::prompts;
 use crate::GlobalArgs;

@@ -25,42 +25,10 @@ use tokio::sync::mpsc::unbounded_channel;
 
 use tf_core::SplitMix64;
 
+use crate::gpu_tally::Tally;
+
 const KV_POSITIONS: usize = 8 * 1024;
 const CONTEXT: usize = 1024;
-
-/// Tally of one check: passes of total, with the first failure's detail.
-pub(crate) struct Tally {
-    name: &'static str,
-    pass: usize,
-    total: usize,
-    note: String,
-}
-
-impl Tally {
-    pub(crate) fn new(name: &'static str) -> Tally {
-        Tally {
-            name,
-            pass: 0,
-            total: 0,
-            note: String::new(),
-        }
-    }
-    /// A note shown when every check passed (a failure's detail takes the column otherwise).
-    pub(crate) fn note_if_empty(&mut self, note: String) {
-        if self.note.is_empty() {
-            self.note = note;
-        }
-    }
-
-    pub(crate) fn check(&mut self, ok: bool, detail: impl FnOnce() -> String) {
-        self.total += 1;
-        if ok {
-            self.pass += 1;
-        } else if self.note.is_empty() {
-            self.note = detail();
-        }
-    }
-}
 
 fn ids(seed: u64, n: usize, vocab: usize) -> Vec<TokenId> {
     let mut rng = SplitMix64::new(seed);

@@ -12,7 +12,7 @@ use tf_text::{ChatTemplate, Tokenizer};
 
 use crate::cells::{self, Cell};
 use crate::device::Device;
-use crate::gpu_check_model::Tally;
+use crate::gpu_tally::Tally;
 use crate::lanes;
 use crate::prompts;
 use crate::GlobalArgs;

@@ -14,6 +14,8 @@ mod gpu_check;
 mod gpu_check_model;
 #[cfg(feature = "cuda")]
 mod gpu_check_replies;
+#[cfg(feature = "cuda")]
+mod gpu_tally;
 mod info;
 mod lanes;
 mod load;

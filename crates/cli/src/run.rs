@@ -5,7 +5,7 @@
 //! with `seed: S` and the same prompt give the same bytes and the same receipt; the receipt's
 //! `token_sha` is printed after each reply. Chat turns reuse the prompt cache.
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -16,7 +16,7 @@ use tf_engine::{
 };
 use tf_text::{StreamDecoder, Tokenizer};
 
-use crate::chat::{self, Conversation};
+use crate::chat::Conversation;
 use crate::lanes;
 use crate::load;
 use crate::GlobalArgs;
@@ -227,7 +227,7 @@ pub fn run(args: &RunArgs, global: &GlobalArgs) -> Result<()> {
     if args.chat {
         let mut conversation = Conversation::new(&session.tokenizer, args.system.as_deref())?;
         let Some(prompt) = &args.prompt else {
-            return chat::repl(&session, &mut conversation, args, &mut out);
+            return repl(&session, &mut conversation, args, &mut out);
         };
         conversation.push_user(prompt);
         let tokens = conversation.prompt_tokens()?;
@@ -333,4 +333,48 @@ pub fn reply(
         receipt,
         stop,
     })
+}
+
+/// The interactive loop: a line of stdin is a user turn; `/exit`, `/quit` or end of input ends it.
+pub fn repl(
+    session: &Session,
+    conversation: &mut Conversation,
+    args: &RunArgs,
+    out: &mut dyn Write,
+) -> Result<()> {
+    eprintln!(
+        "chatting with {} (context {} positions); /exit or end of input (Ctrl-D) to quit",
+        session.path.display(),
+        session.context
+    );
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut line = String::new();
+    loop {
+        eprint!("> ");
+        line.clear();
+        if input.read_line(&mut line).context("cannot read stdin")? == 0 {
+            eprintln!();
+            return Ok(());
+        }
+        let text = line.trim_end_matches(['\r', '\n']);
+        match text.trim() {
+            "" => continue,
+            "/exit" | "/quit" => return Ok(()),
+            _ => {}
+        }
+        conversation.push_user(text);
+        let tokens = conversation.prompt_tokens()?;
+        match reply(session, &tokens, args, out) {
+            Ok(reply) => {
+                reply.print_stats();
+                conversation.push_assistant(&reply.text);
+            }
+            Err(error) => {
+                // The conversation no longer fits (or the model failed): say why and stop.
+                conversation.pop();
+                return Err(error.context("the chat cannot continue"));
+            }
+        }
+    }
 }

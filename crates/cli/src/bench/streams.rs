@@ -19,7 +19,7 @@ use tf_core::TokenId;
 use tf_engine::{Engine, EngineConfig, Event, Receipt, Request};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use super::BenchArgs;
+use super::args::BenchArgs;
 use crate::lanes;
 use crate::GlobalArgs;
 use tf_core::SplitMix64;

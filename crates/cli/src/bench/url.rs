@@ -11,8 +11,8 @@
 use anyhow::Result;
 use serde_json::{json, Value};
 
+use super::args::{fmt_runs, BenchArgs};
 use super::sse::{Reply, Server};
-use super::{fmt_runs, BenchArgs};
 use crate::cells::{self, median, speed_columns, Cell, Plan};
 
 pub fn run(args: &BenchArgs, url: &str) -> Result<()> {
