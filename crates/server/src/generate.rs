@@ -10,31 +10,13 @@ use std::time::Instant;
 
 use tf_core::{SeqId, TokenId};
 use tf_engine::{
-    token_sha, EngineError, Event, EventStream, FinishReason, Receipt, Request, SamplingParams,
-    TokenLogprob,
+    token_sha, EngineError, Event, EventStream, FinishReason, Receipt, Request, TokenLogprob,
 };
 use tf_text::StreamDecoder;
 
 use crate::error::{ApiError, ApiResult};
 use crate::output::stop::{StopMatcher, StopScan};
 use crate::state::{Backend, SharedState, ToolFormat};
-
-/// What a request asks the engine for, validated.
-#[derive(Clone, Debug)]
-pub struct GenRequest {
-    pub prompt: Vec<TokenId>,
-    pub params: SamplingParams,
-    pub max_tokens: usize,
-    pub stop: Vec<String>,
-    pub ignore_eos: bool,
-    pub draft: bool,
-    /// Each reply token's log-probability and this many alternatives (`None` = none).
-    pub logprobs: Option<usize>,
-    /// Also the prompt tokens' log-probabilities (the completions API's `echo`).
-    pub prompt_logprobs: bool,
-    /// The grammar the reply follows (structured output).
-    pub grammar: Option<tf_engine::Grammar>,
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -108,22 +90,13 @@ impl Generation {
     pub async fn start(
         state: SharedState,
         backend: Arc<Backend>,
-        req: GenRequest,
+        mut request: Request,
+        stop: &[String],
     ) -> ApiResult<Generation> {
         let started = Instant::now();
-        let prompt_tokens = req.prompt.len();
-        let stop = StopMatcher::new(&req.stop);
-        let request = Request {
-            prompt: req.prompt,
-            params: req.params,
-            max_tokens: req.max_tokens,
-            stop_tokens: backend.tokenizer.eog_ids().to_vec(),
-            ignore_eos: req.ignore_eos,
-            draft: req.draft,
-            logprobs: req.logprobs,
-            prompt_logprobs: req.prompt_logprobs,
-            grammar: req.grammar,
-        };
+        let prompt_tokens = request.prompt.len();
+        let stop = StopMatcher::new(stop);
+        request.stop_tokens = backend.tokenizer.eog_ids().to_vec();
         // Harmony replies keep their control tokens: the reply parser reads the channels.
         let decoder = StreamDecoder::new(backend.tool_format != ToolFormat::Harmony);
         let (id, events) = backend

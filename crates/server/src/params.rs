@@ -1,26 +1,43 @@
 //! Sampling and length fields shared by every generation endpoint, checked whether or not the
 //! request samples (an out-of-range `top_p` is an error even at temperature 0).
 
-use tf_engine::SamplingParams;
+use tf_engine::{Request, SamplerError, SamplingParams};
 
 use crate::error::{ApiError, ApiResult};
 use crate::fields::Fields;
 use crate::state::SamplingDefaults;
 
-/// The validated fields, before the prompt is known.
+/// The validated fields, before the prompt is known: the engine's [`Request`] but for what the
+/// prompt decides ([`GenFields::request`] completes it), and what the server itself applies.
 #[derive(Clone, Debug)]
 pub struct GenFields {
-    pub params: SamplingParams,
+    /// Sampling parameters (ranges checked by [`SamplingParams::validate`], the engine's own
+    /// definition), `ignore_eos`, `draft`, and `logprobs` where the API has them
+    /// ([`chat_logprobs`], [`completion_logprobs`]). Its prompt is empty.
+    pub request: Request,
     /// An explicit length cap and the field it came from.
     pub max_tokens: Option<(usize, String)>,
+    /// Stop strings (cut by the server: `output/stop.rs`).
     pub stop: Vec<String>,
-    pub ignore_eos: bool,
-    pub draft: bool,
-    /// Log-probabilities of the reply's tokens with this many alternatives each (set by the
-    /// APIs that have them: [`chat_logprobs`], [`completion_logprobs`]).
-    pub logprobs: Option<usize>,
     /// The shape the reply must have (structured output), set by each API's parser.
     pub structure: Option<crate::structured::Structure>,
+}
+
+impl GenFields {
+    /// The engine request for `prompt`: its reply length and grammar decided.
+    pub fn request(
+        &self,
+        prompt: Vec<tf_core::TokenId>,
+        max_tokens: usize,
+        grammar: Option<tf_engine::Grammar>,
+    ) -> Request {
+        Request {
+            prompt,
+            max_tokens,
+            grammar,
+            ..self.request.clone()
+        }
+    }
 }
 
 /// Chat's `logprobs` (bool) and `top_logprobs` (0..=20, only with `logprobs`).
@@ -70,42 +87,33 @@ pub fn read(
         }
     }
     let mut params = SamplingParams::default();
-    params.temperature = f
-        .f32_in("temperature", 0.0, 2.0)?
+    let number = |key: &str| f.f32_in(key, f64::MIN, f64::MAX);
+    params.temperature = number("temperature")?
         .or(defaults.temperature)
         .unwrap_or(params.temperature);
-    if let Some(p) = f.f32_in("top_p", 0.0, 1.0)? {
-        if p <= 0.0 {
-            return Err(ApiError::invalid(
-                "top_p",
-                "'top_p' must be greater than 0 and at most 1",
-            ));
-        }
-        params.top_p = p;
-    } else if let Some(p) = defaults.top_p {
-        params.top_p = p;
-    }
+    params.top_p = number("top_p")?.or(defaults.top_p).unwrap_or(params.top_p);
     params.top_k = f
         .uint("top_k", 0)?
         .map(|k| k.min(u32::MAX as u64) as usize)
         .or(defaults.top_k)
         .unwrap_or(0);
-    params.min_p = f
-        .f32_in("min_p", 0.0, 1.0)?
-        .or(defaults.min_p)
-        .unwrap_or(0.0);
-    params.presence_penalty = f.f32_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-    params.frequency_penalty = f.f32_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-    if let Some(r) = f.f32_in("repetition_penalty", 0.0, 10.0)? {
-        if r <= 0.0 {
-            return Err(ApiError::invalid(
-                "repetition_penalty",
-                "'repetition_penalty' must be greater than 0",
-            ));
-        }
-        params.repetition_penalty = r;
-    }
+    params.min_p = number("min_p")?.or(defaults.min_p).unwrap_or(0.0);
+    params.presence_penalty = number("presence_penalty")?.unwrap_or(0.0);
+    params.frequency_penalty = number("frequency_penalty")?.unwrap_or(0.0);
+    params.repetition_penalty = number("repetition_penalty")?.unwrap_or(1.0);
     params.seed = seed(f)?;
+    // The ranges are the engine's (one definition, `SamplingParams::validate`).
+    params.validate().map_err(|e| {
+        let SamplerError::OutOfRange {
+            name,
+            expected,
+            value,
+        } = e;
+        ApiError::invalid(
+            &f.name(name),
+            format!("'{}' must be {expected}, got {value}", f.name(name)),
+        )
+    })?;
     if let Some(n) = f.uint("n", 1)? {
         if n != 1 {
             return Err(ApiError::invalid(
@@ -128,13 +136,14 @@ pub fn read(
             format!("'{stop_key}' takes at most 16 strings"),
         ));
     }
+    let mut request = Request::new(Vec::new(), 0);
+    request.params = params;
+    request.ignore_eos = f.bool("ignore_eos")?.unwrap_or(false);
+    request.draft = f.bool("draft")?.unwrap_or(true);
     Ok(GenFields {
-        params,
+        request,
         max_tokens,
         stop,
-        ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
-        draft: f.bool("draft")?.unwrap_or(true),
-        logprobs: None,
         structure: None,
     })
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fields::Fields;
-use crate::generate::{Finish, GenRequest, Generation, Outcome, Step};
+use crate::generate::{Finish, Generation, Outcome, Step};
 use crate::output::{Delta, ReplyParser, ToolCall};
 use crate::params::{self, GenFields};
 use crate::prompt::{self, ChatPrompt, Conversation, Rendered};
@@ -179,7 +179,7 @@ pub fn parse(state: &SharedState, body: &Value) -> ApiResult<ChatRequest> {
         &["max_completion_tokens", "max_tokens"],
         "stop",
     )?;
-    gen.logprobs = params::chat_logprobs(&f)?;
+    gen.request.logprobs = params::chat_logprobs(&f)?;
     gen.structure = crate::structured::openai(&f)?;
     let include_usage = match f.object("stream_options")? {
         Some(o) => o.bool("include_usage")?.unwrap_or(false),
@@ -230,18 +230,8 @@ pub async fn start(
         state.config.max_tokens,
         wording,
     )?;
-    let request = GenRequest {
-        prompt: rendered.tokens.clone(),
-        params: gen.params,
-        max_tokens,
-        stop: gen.stop.clone(),
-        ignore_eos: gen.ignore_eos,
-        draft: gen.draft,
-        logprobs: gen.logprobs,
-        prompt_logprobs: false,
-        grammar,
-    };
-    let generation = Generation::start(state.clone(), backend.clone(), request).await?;
+    let request = gen.request(rendered.tokens.clone(), max_tokens, grammar);
+    let generation = Generation::start(state.clone(), backend.clone(), request, &gen.stop).await?;
     Ok((generation, rendered))
 }
 
@@ -279,7 +269,7 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
             calls: 0,
             reasoning: String::new(),
             started: false,
-            logprobs: req.gen.logprobs.is_some(),
+            logprobs: req.gen.request.logprobs.is_some(),
             lp_pending: Vec::new(),
             lp_sent: 0,
         };
@@ -311,7 +301,7 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         let calls: Vec<Value> = reply.tool_calls.iter().map(call_json).collect();
         message.insert("tool_calls".into(), Value::Array(calls));
     }
-    let logprobs = match req.gen.logprobs {
+    let logprobs = match req.gen.request.logprobs {
         Some(_) => {
             json!({"content": common::chat_logprobs(&backend, &outcome.logprobs), "refusal": null})
         }

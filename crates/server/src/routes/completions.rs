@@ -13,7 +13,7 @@ use tf_core::TokenId;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fields::Fields;
-use crate::generate::{Finish, GenRequest, Generation, Outcome, Step};
+use crate::generate::{Finish, Generation, Outcome, Step};
 use crate::params;
 use crate::routes::common::{self, data, done_marker, SYSTEM_FINGERPRINT};
 use crate::state::{Backend, SharedState};
@@ -109,7 +109,7 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
     let prompt_only = echo && f.get("max_tokens").is_some_and(|v| v == &json!(0));
     let max_keys: &[&str] = if prompt_only { &[] } else { &["max_tokens"] };
     let mut gen = params::read(&f, &state.config.defaults, max_keys, "stop")?;
-    gen.logprobs = params::completion_logprobs(&f)?;
+    gen.request.logprobs = params::completion_logprobs(&f)?;
     gen.structure = crate::structured::openai(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.object("stream_options")? {
@@ -155,19 +155,10 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         Some(Value::String(t)) => t.clone(),
         _ => backend.tokenizer.decode(&prompt, false),
     });
-    let logprobs = gen.logprobs.is_some();
-    let request = GenRequest {
-        prompt: prompt.clone(),
-        params: gen.params,
-        max_tokens,
-        stop: gen.stop,
-        ignore_eos: gen.ignore_eos,
-        draft: gen.draft,
-        logprobs: gen.logprobs,
-        prompt_logprobs: echo && logprobs,
-        grammar,
-    };
-    let generation = Generation::start(state.clone(), backend.clone(), request).await?;
+    let logprobs = gen.request.logprobs.is_some();
+    let mut request = gen.request(prompt.clone(), max_tokens, grammar);
+    request.prompt_logprobs = echo && logprobs;
+    let generation = Generation::start(state.clone(), backend.clone(), request, &gen.stop).await?;
     let head = Head {
         id: common::new_id("cmpl-"),
         created: common::now_secs(),

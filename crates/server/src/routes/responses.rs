@@ -256,11 +256,11 @@ pub fn parse_on(
         "previous_response_id": f.str("previous_response_id")?,
         "reasoning": {"effort": kwargs.get("reasoning_effort"), "summary": null},
         "store": f.bool("store")?.unwrap_or(true),
-        "temperature": gen.params.temperature,
+        "temperature": gen.request.params.temperature,
         "text": {"format": if format.is_empty() { json!({"type": "text"}) } else { Value::Object(format) }},
         "tool_choice": f.get("tool_choice").cloned().unwrap_or(json!("auto")),
         "tools": f.get("tools").cloned().unwrap_or(json!([])),
-        "top_p": gen.params.top_p,
+        "top_p": gen.request.params.top_p,
         "truncation": "disabled",
     });
     Ok(ResponseRequest {

@@ -91,12 +91,23 @@ async fn out_of_range_values_are_refused_even_at_temperature_zero() {
     let state = shared_state();
     // chat_body is greedy (temperature 0): the ranges are checked whether or not they matter.
     let cases = [
-        ("temperature", json!(5), "between 0 and 2, got 5"),
-        ("top_p", json!(0), "greater than 0"),
-        ("top_p", json!(1.5), "between 0 and 1, got 1.5"),
-        ("min_p", json!(2), "between 0 and 1, got 2"),
-        ("presence_penalty", json!(3), "between -2 and 2, got 3"),
-        ("frequency_penalty", json!(-3), "between -2 and 2, got -3"),
+        // The sampler's own ranges (`SamplingParams::validate`), named as the API names them.
+        (
+            "temperature",
+            json!(5),
+            "'temperature' must be in [0, 2], got 5",
+        ),
+        ("top_p", json!(0), "'top_p' must be in (0, 1], got 0"),
+        ("top_p", json!(1.5), "in (0, 1], got 1.5"),
+        ("min_p", json!(2), "in [0, 1], got 2"),
+        ("presence_penalty", json!(3), "in [-2, 2], got 3"),
+        ("frequency_penalty", json!(-3), "in [-2, 2], got -3"),
+        ("repetition_penalty", json!(0), "a finite number > 0, got 0"),
+        (
+            "repetition_penalty",
+            json!(1e300),
+            "a finite number > 0, got inf",
+        ),
         ("top_k", json!(-1), "non-negative integer, got -1"),
         ("max_tokens", json!(0), "at least 1, got 0"),
         ("max_tokens", json!(2.5), "non-negative integer, got 2.5"),
