@@ -174,18 +174,6 @@ impl Generation {
         }
     }
 
-    /// Runs to the end; the whole text and the outcome.
-    pub async fn collect(mut self) -> (String, Outcome) {
-        let mut text = String::new();
-        while let Some(step) = self.next().await {
-            match step {
-                Step::Text(t) => text.push_str(&t),
-                Step::Done(outcome) => return (text, *outcome),
-            }
-        }
-        unreachable!("a generation always ends with its outcome")
-    }
-
     /// The prompt tokens' log-probabilities (all of them once the reply's first text came).
     pub fn prompt_logprobs(&self) -> &[TokenLogprob] {
         &self.prompt_logprobs

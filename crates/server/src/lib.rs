@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod output;
 pub mod params;
 pub mod prompt;
+pub mod reply;
 pub mod routes;
 pub mod state;
 pub mod store;

@@ -239,8 +239,13 @@ pub fn reply_spec(
             format!("start: {body}\n")
         }
     };
+    let mut extra = String::new();
     let body = match (format, must_call) {
-        (Some(format), true) => call_rules(format, &tools, rendered, chat),
+        (Some(format), true) => {
+            let (calls, rules) = call_rules(format, &tools, rendered, chat);
+            extra = rules;
+            calls
+        }
         (Some(ToolFormat::BareJson), false) => {
             // A bare call and JSON content cannot be told apart: the content's shape wins.
             return Ok(structure.cloned());
@@ -250,7 +255,8 @@ pub fn reply_spec(
             let Some(content) = content_rule(structure) else {
                 return Ok(Some(structure.clone()));
             };
-            let calls = call_rules(format, &tools, rendered, chat);
+            let (calls, rules) = call_rules(format, &tools, rendered, chat);
+            extra = rules;
             format!("{content} | {calls}")
         }
         (None, _) => match structure {
@@ -262,19 +268,23 @@ pub fn reply_spec(
         },
     };
     Ok(Some(Structure {
-        spec: Spec::Lark(think(body)),
+        spec: Spec::Lark(think(body) + &extra),
         param: structure.map_or("tool_choice".to_string(), |s| s.param.clone()),
     }))
 }
 
 /// One or more tool calls in `format`, continuing the prompt's prefill (the prefill's text is
-/// not repeated). A Lark expression.
+/// not repeated): the Lark expression `calls` and the rules it needs.
+///
+/// A call may end the reply right after its JSON (models often end the turn there and the
+/// parser takes an unclosed call), or close its tag and go on with another where parallel calls
+/// are allowed. Whitespace before the arguments is the model's choice (` {"` is one token).
 fn call_rules(
     format: ToolFormat,
     tools: &[&Value],
     rendered: &Rendered,
     chat: &ChatPrompt,
-) -> String {
+) -> (String, String) {
     let params = |t: &Value| {
         let mut p = t["function"]["parameters"].clone();
         if !p.is_object() {
@@ -284,45 +294,38 @@ fn call_rules(
         lark_json(&p, strict)
     };
     let name = |t: &Value| tool_name(t).unwrap_or("").to_string();
-    let (open, key, close, repeat) = match format {
-        ToolFormat::Tagged => (
-            "<tool_call>\n{\"name\": \"",
-            "arguments",
-            "}\n</tool_call>",
-            Some("\n"),
-        ),
-        _ => ("{\"name\": \"", "parameters", "}", None),
+    let (open, key) = match format {
+        ToolFormat::Tagged => ("<tool_call>\n{\"name\": \"", "arguments"),
+        _ => ("{\"name\": \"", "parameters"),
     };
-    // After `{"name": "`: a tool's name, its arguments, the close.
-    let after_name: Vec<String> = tools
+    // After `{"name": "`: a tool's name, its arguments, the object's close.
+    let bodies: Vec<String> = tools
         .iter()
         .map(|t| {
-            let head = format!("{}\", \"{key}\": ", json_inner(&name(t)));
-            format!(
-                "{} {} {}",
-                lark_literal(&head),
-                params(t),
-                lark_literal(close)
-            )
+            let head = format!("{}\", \"{key}\":", json_inner(&name(t)));
+            format!("{} {}", lark_literal(&head), params(t))
         })
         .collect();
-    let any_call = format!("({})", after_name.join(" | "));
-    let full_call = format!("{} {any_call}", lark_literal(open));
+    let mut rules = format!("tc_body: ({}) \"}}\"\n", bodies.join(" | "));
     // The prompt's prefill already opened the first call (`open`, or `open` + name + key).
     let first = if rendered.prefill.is_empty() {
-        full_call.clone()
+        format!("{} tc_body", lark_literal(open))
     } else if rendered.prefill.ends_with(&format!("\"{key}\": ")) {
         let t = tools.first().copied().unwrap_or(&Value::Null);
-        format!("{} {}", params(t), lark_literal(close))
+        format!("{} \"}}\"", params(t))
     } else {
-        any_call
+        "tc_body".to_string()
     };
-    match repeat {
-        Some(sep) if chat.parallel_tool_calls => {
-            format!("({first}) ({} {full_call})*", lark_literal(sep))
-        }
-        _ => format!("({first})"),
+    if format != ToolFormat::Tagged {
+        return (format!("({first})"), rules);
     }
+    let close = lark_literal("\n</tool_call>");
+    let next = match chat.parallel_tool_calls {
+        true => format!("(\"\\n\" ({} tc_body tc_more?)?)?", lark_literal(open)),
+        false => "\"\\n\"?".to_string(),
+    };
+    rules.push_str(&format!("tc_more: {close} {next}\n"));
+    (format!("({first} tc_more?)"), rules)
 }
 
 /// `s` as it sits inside a JSON string (escaped, without the quotes).

@@ -1,23 +1,21 @@
 //! `POST /v1/chat/completions`, JSON and SSE.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fields::Fields;
-use crate::generate::{Finish, Generation, Outcome, Step};
+use crate::generate::{Finish, Generation, Outcome};
 use crate::output::{Delta, ReplyParser, ToolCall};
 use crate::params::{self, GenFields};
 use crate::prompt::{self, ChatPrompt, Conversation, Rendered};
-use crate::routes::common::{self, data, done_marker, SYSTEM_FINGERPRINT};
+use crate::reply::{Driver, ReplyFormat};
+use crate::routes::common::{self, SYSTEM_FINGERPRINT};
 use crate::state::{Backend, SharedState};
 
 /// A parsed chat request.
@@ -254,75 +252,25 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         params::Wording::OpenAi,
     )
     .await?;
-    let parser = rendered.parser(common::new_id("call_"));
-    let id = common::new_id("chatcmpl-");
+    let format = ChatFormat {
+        parser: rendered.parser(common::new_id("call_")),
+        backend,
+        id: common::new_id("chatcmpl-"),
+        created: common::now_secs(),
+        model: state.config.model_id.clone(),
+        include_usage: req.include_usage,
+        parallel: req.parallel_tool_calls,
+        reply: Reply::default(),
+        logprobs: req.gen.request.logprobs.is_some(),
+        lp_pending: Vec::new(),
+        lp_sent: 0,
+        result: None,
+    };
+    let driver = Driver::new(generation, format);
     if req.stream {
-        let stream = ChatStream {
-            generation: Some(generation),
-            parser,
-            backend,
-            id,
-            created: common::now_secs(),
-            model: state.config.model_id.clone(),
-            include_usage: req.include_usage,
-            parallel: req.parallel_tool_calls,
-            calls: 0,
-            reasoning: String::new(),
-            started: false,
-            logprobs: req.gen.request.logprobs.is_some(),
-            lp_pending: Vec::new(),
-            lp_sent: 0,
-        };
-        return Ok(Sse::new(stream.into_stream())
-            .keep_alive(KeepAlive::default())
-            .into_response());
+        return Ok(driver.data_sse());
     }
-    let (text, outcome) = generation.collect().await;
-    if let Finish::Error(message) = &outcome.finish {
-        return Err(ApiError::internal(message.clone()));
-    }
-    let mut parser = parser;
-    let mut deltas = parser.push(&text);
-    deltas.extend(parser.finish());
-    let reply = Reply::from_deltas(deltas, req.parallel_tool_calls);
-    let reasoning_tokens = count_tokens(&backend, reply.reasoning.as_deref());
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    let content = if reply.tool_calls.is_empty() || !reply.content.trim().is_empty() {
-        json!(reply.content)
-    } else {
-        Value::Null
-    };
-    message.insert("content".into(), content);
-    if let Some(r) = &reply.reasoning {
-        message.insert("reasoning_content".into(), json!(r));
-    }
-    if !reply.tool_calls.is_empty() {
-        let calls: Vec<Value> = reply.tool_calls.iter().map(call_json).collect();
-        message.insert("tool_calls".into(), Value::Array(calls));
-    }
-    let logprobs = match req.gen.request.logprobs {
-        Some(_) => {
-            json!({"content": common::chat_logprobs(&backend, &outcome.logprobs), "refusal": null})
-        }
-        None => Value::Null,
-    };
-    let body = json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": common::now_secs(),
-        "model": state.config.model_id,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
-        "choices": [{
-            "index": 0,
-            "message": Value::Object(message),
-            "logprobs": logprobs,
-            "finish_reason": common::finish_reason(&outcome.finish, !reply.tool_calls.is_empty()),
-        }],
-        "usage": common::usage_json(&outcome, reasoning_tokens),
-        "tensorfold": common::receipt_json(&outcome),
-    });
-    Ok(Json(body).into_response())
+    Ok(Json(driver.body().await?).into_response())
 }
 
 /// A whole reply, split.
@@ -331,21 +279,6 @@ pub struct Reply {
     pub content: String,
     pub reasoning: Option<String>,
     pub tool_calls: Vec<ToolCall>,
-}
-
-impl Reply {
-    pub fn from_deltas(deltas: Vec<Delta>, parallel: bool) -> Reply {
-        let mut r = Reply::default();
-        for d in deltas {
-            match d {
-                Delta::Content(t) => r.content.push_str(&t),
-                Delta::Reasoning(t) => r.reasoning.get_or_insert_with(String::new).push_str(&t),
-                Delta::ToolCall(c) if parallel || r.tool_calls.is_empty() => r.tool_calls.push(c),
-                Delta::ToolCall(_) => {}
-            }
-        }
-        r
-    }
 }
 
 pub fn count_tokens(backend: &Backend, text: Option<&str>) -> usize {
@@ -361,8 +294,9 @@ fn call_json(c: &ToolCall) -> Value {
     json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
 }
 
-struct ChatStream {
-    generation: Option<Generation>,
+/// The chat API's reply: `chat.completion.chunk`s as it streams, the `chat.completion` at the
+/// end.
+struct ChatFormat {
     parser: ReplyParser,
     backend: Arc<Backend>,
     id: String,
@@ -370,17 +304,18 @@ struct ChatStream {
     model: String,
     include_usage: bool,
     parallel: bool,
-    calls: usize,
-    reasoning: String,
-    started: bool,
+    /// The reply so far (the tool calls kept: all, or the first without `parallel`).
+    reply: Reply,
     /// The request asked for log-probabilities: entries not yet sent (they go with the next
     /// chunk), and how many of the reply's tokens have been taken in.
     logprobs: bool,
     lp_pending: Vec<Value>,
     lp_sent: usize,
+    /// The finished `chat.completion`, or the error the request failed with.
+    result: Option<Result<Value, String>>,
 }
 
-impl ChatStream {
+impl ChatFormat {
     fn chunk(&mut self, delta: Value, finish: Option<&str>) -> Value {
         let logprobs = match self.lp_pending.is_empty() {
             true => Value::Null,
@@ -405,93 +340,125 @@ impl ChatStream {
         }
     }
 
-    fn deltas(&mut self, deltas: Vec<Delta>) -> Vec<Event> {
+    fn deltas(&mut self, deltas: Vec<Delta>) -> Vec<Value> {
         let mut out = Vec::new();
         for d in deltas {
             let delta = match d {
-                Delta::Content(t) => json!({"content": t}),
+                Delta::Content(t) => {
+                    self.reply.content.push_str(&t);
+                    json!({"content": t})
+                }
                 Delta::Reasoning(t) => {
-                    self.reasoning.push_str(&t);
+                    let r = self.reply.reasoning.get_or_insert_with(String::new);
+                    r.push_str(&t);
                     json!({"reasoning_content": t})
                 }
                 Delta::ToolCall(c) => {
-                    if !self.parallel && self.calls > 0 {
+                    if !self.parallel && !self.reply.tool_calls.is_empty() {
                         continue;
                     }
-                    let index = self.calls;
-                    self.calls += 1;
-                    json!({"tool_calls": [{
+                    let index = self.reply.tool_calls.len();
+                    let delta = json!({"tool_calls": [{
                         "index": index,
                         "id": c.id,
                         "type": "function",
                         "function": {"name": c.name, "arguments": c.arguments},
-                    }]})
+                    }]});
+                    self.reply.tool_calls.push(c);
+                    delta
                 }
             };
-            out.push(data(&self.chunk(delta, None)));
+            out.push(self.chunk(delta, None));
         }
         out
     }
 
-    fn end(&mut self, outcome: &Outcome) -> Vec<Event> {
-        if let Finish::Error(message) = &outcome.finish {
-            let error = ApiError::internal(message.clone());
-            return vec![data(&error.body()), done_marker()];
+    /// The non-streamed reply.
+    fn completion(&self, outcome: &Outcome, reasoning_tokens: usize) -> Value {
+        let reply = &self.reply;
+        let mut message = Map::new();
+        message.insert("role".into(), json!("assistant"));
+        let content = if reply.tool_calls.is_empty() || !reply.content.trim().is_empty() {
+            json!(reply.content)
+        } else {
+            Value::Null
+        };
+        message.insert("content".into(), content);
+        if let Some(r) = &reply.reasoning {
+            message.insert("reasoning_content".into(), json!(r));
         }
+        if !reply.tool_calls.is_empty() {
+            let calls: Vec<Value> = reply.tool_calls.iter().map(call_json).collect();
+            message.insert("tool_calls".into(), Value::Array(calls));
+        }
+        let logprobs = match self.logprobs {
+            true => json!({"content": common::chat_logprobs(&self.backend, &outcome.logprobs),
+                "refusal": null}),
+            false => Value::Null,
+        };
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "choices": [{
+                "index": 0,
+                "message": Value::Object(message),
+                "logprobs": logprobs,
+                "finish_reason": common::finish_reason(&outcome.finish, !reply.tool_calls.is_empty()),
+            }],
+            "usage": common::usage_json(outcome, reasoning_tokens),
+            "tensorfold": common::receipt_json(outcome),
+        })
+    }
+}
+
+impl ReplyFormat for ChatFormat {
+    fn start(&mut self) -> Vec<Value> {
+        vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
+    }
+
+    fn text(&mut self, text: String, generation: &mut Generation) -> Vec<Value> {
+        let lps = generation.take_logprobs();
+        self.take_logprobs(&lps);
+        let deltas = self.parser.push(&text);
+        self.deltas(deltas)
+    }
+
+    fn end(&mut self, outcome: Outcome) -> Vec<Value> {
+        let rest = outcome.logprobs.get(self.lp_sent..).unwrap_or(&[]).to_vec();
+        self.take_logprobs(&rest);
+        let deltas = self.parser.finish();
+        let mut out = self.deltas(deltas);
+        if let Finish::Error(message) = &outcome.finish {
+            out.push(ApiError::internal(message.clone()).body());
+            self.result = Some(Err(message.clone()));
+            return out;
+        }
+        let calls = !self.reply.tool_calls.is_empty();
         let mut last = self.chunk(
             json!({}),
-            Some(common::finish_reason(&outcome.finish, self.calls > 0)),
+            Some(common::finish_reason(&outcome.finish, calls)),
         );
-        last["tensorfold"] = common::receipt_json(outcome);
-        let mut out = vec![data(&last)];
+        last["tensorfold"] = common::receipt_json(&outcome);
+        out.push(last);
+        let reasoning_tokens = count_tokens(&self.backend, self.reply.reasoning.as_deref());
         if self.include_usage {
-            let reasoning_tokens = count_tokens(
-                &self.backend,
-                (!self.reasoning.is_empty()).then_some(self.reasoning.as_str()),
-            );
             let mut usage = self.chunk(json!({}), None);
             usage["choices"] = json!([]);
-            usage["usage"] = common::usage_json(outcome, reasoning_tokens);
-            out.push(data(&usage));
+            usage["usage"] = common::usage_json(&outcome, reasoning_tokens);
+            out.push(usage);
         }
-        out.push(done_marker());
+        self.result = Some(Ok(self.completion(&outcome, reasoning_tokens)));
         out
     }
 
-    async fn advance(&mut self) -> Option<Vec<Event>> {
-        if !self.started {
-            self.started = true;
-            let first = self.chunk(json!({"role": "assistant", "content": ""}), None);
-            return Some(vec![data(&first)]);
+    fn body(&mut self) -> ApiResult<Value> {
+        match self.result.take() {
+            Some(Ok(body)) => Ok(body),
+            Some(Err(message)) => Err(ApiError::internal(message)),
+            None => Err(ApiError::internal("the request ended without a reply")),
         }
-        let step = self.generation.as_mut()?.next().await;
-        match step {
-            Some(Step::Text(t)) => {
-                if let Some(g) = self.generation.as_mut() {
-                    let lps = g.take_logprobs();
-                    self.take_logprobs(&lps);
-                }
-                let deltas = self.parser.push(&t);
-                Some(self.deltas(deltas))
-            }
-            Some(Step::Done(outcome)) => {
-                self.generation = None;
-                let rest = outcome.logprobs.get(self.lp_sent..).unwrap_or(&[]).to_vec();
-                self.take_logprobs(&rest);
-                let deltas = self.parser.finish();
-                let mut events = self.deltas(deltas);
-                events.extend(self.end(&outcome));
-                Some(events)
-            }
-            None => None,
-        }
-    }
-
-    fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-        stream::unfold(self, |mut s| async move {
-            let events = s.advance().await?;
-            Some((events, s))
-        })
-        .flat_map(|events| stream::iter(events.into_iter().map(Ok)))
     }
 }

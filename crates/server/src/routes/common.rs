@@ -1,15 +1,9 @@
 //! Pieces every generation endpoint's reply carries: ids, timestamps, usage, the `tensorfold`
-//! receipt object, and SSE framing.
+//! receipt object, log-probabilities (SSE framing is the reply driver's: `reply.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use std::convert::Infallible;
-use std::future::Future;
-
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::generate::{Finish, Outcome};
@@ -181,50 +175,4 @@ pub fn finish_reason(finish: &Finish, tool_calls: bool) -> &'static str {
         _ if tool_calls => "tool_calls",
         _ => "stop",
     }
-}
-
-/// An SSE `data:` event with a JSON payload.
-pub fn data(value: &Value) -> Event {
-    Event::default().data(value.to_string())
-}
-
-/// A named SSE event (Responses API, Anthropic).
-pub fn named(name: &str, value: &Value) -> Event {
-    Event::default().event(name).data(value.to_string())
-}
-
-pub fn done_marker() -> Event {
-    Event::default().data("[DONE]")
-}
-
-/// How an idle stream (a long prompt prefilling before the first token) tells the client it is
-/// alive, every 15 s.
-#[derive(Clone, Copy)]
-pub enum Idle {
-    /// An SSE comment (OpenAI's APIs).
-    Comment,
-    /// Anthropic's `ping` event: its clients watch for events, not comments.
-    Ping,
-}
-
-/// An SSE response of named events (Responses API, Anthropic): `next` yields each step's JSON
-/// events (their `type` names the event) and the state for the next step, `None` at the end.
-/// Dropping the response (the client went away) drops the state.
-pub fn named_sse<T, F, Fut>(idle: Idle, state: T, next: F) -> Response
-where
-    T: Send + 'static,
-    F: FnMut(T) -> Fut + Send + 'static,
-    Fut: Future<Output = Option<(Vec<Value>, T)>> + Send + 'static,
-{
-    let events = stream::unfold(state, next).flat_map(|events| {
-        stream::iter(events.into_iter().map(|e| {
-            let kind = e["type"].as_str().unwrap_or("message").to_string();
-            Ok::<Event, Infallible>(named(&kind, &e))
-        }))
-    });
-    let keep_alive = match idle {
-        Idle::Comment => KeepAlive::default(),
-        Idle::Ping => KeepAlive::default().event(named("ping", &json!({"type": "ping"}))),
-    };
-    Sse::new(events).keep_alive(keep_alive).into_response()
 }

@@ -1,21 +1,18 @@
 //! `POST /v1/completions`: a raw prompt (text or token ids), no chat template.
 
-use std::convert::Infallible;
-
 use axum::extract::State;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 use tf_core::TokenId;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fields::Fields;
-use crate::generate::{Finish, Generation, Outcome, Step};
+use crate::generate::{Finish, Generation, Outcome};
 use crate::params;
-use crate::routes::common::{self, data, done_marker, SYSTEM_FINGERPRINT};
+use crate::reply::{Driver, ReplyFormat};
+use crate::routes::common::{self, SYSTEM_FINGERPRINT};
 use crate::state::{Backend, SharedState};
 
 /// The prompt as token ids: a string (special tokens parsed, BOS added where the model wants
@@ -167,33 +164,18 @@ async fn run(state: SharedState, body: Value) -> ApiResult<Response> {
         echo: echoed.map(|text| (text, prompt)),
         prompt_only,
     };
-    if stream {
-        return Ok(Sse::new(events(generation, head, include_usage))
-            .keep_alive(KeepAlive::default())
-            .into_response());
-    }
-    let (text, mut outcome) = generation.collect().await;
-    if let Finish::Error(message) = &outcome.finish {
-        return Err(ApiError::internal(message.clone()));
-    }
-    let (text, finish) = match prompt_only {
-        true => (String::new(), "length"),
-        false => (text, common::finish_reason(&outcome.finish, false)),
+    let format = CompletionFormat {
+        head,
+        include_usage,
+        sent: Sent::default(),
+        text: String::new(),
+        result: None,
     };
-    let (echo_text, echo_lp) = head.echo_part(&outcome.prompt_logprobs);
-    let mut body = head.chunk(&format!("{echo_text}{text}"), Some(finish));
-    if let Some(b) = &head.backend {
-        let reply: &[_] = if prompt_only { &[] } else { &outcome.logprobs };
-        let items = echo_lp.into_iter().chain(common::reply_items(b, reply));
-        body["choices"][0]["logprobs"] = common::completion_logprobs(b, items, 0).0;
+    let driver = Driver::new(generation, format);
+    if stream {
+        return Ok(driver.data_sse());
     }
-    if prompt_only {
-        outcome.receipt.completion_tokens = 0;
-        outcome.tokens.clear();
-    }
-    body["usage"] = common::usage_json(&outcome, 0);
-    body["tensorfold"] = common::receipt_json(&outcome);
-    Ok(Json(body).into_response())
+    Ok(Json(driver.body().await?).into_response())
 }
 
 struct Head {
@@ -236,24 +218,33 @@ impl Head {
         })
     }
 
-    fn end(&self, outcome: &Outcome, include_usage: bool) -> Vec<Event> {
-        if let Finish::Error(message) = &outcome.finish {
-            return vec![
-                data(&ApiError::internal(message.clone()).body()),
-                done_marker(),
-            ];
-        }
+    fn end(&self, outcome: &Outcome, include_usage: bool) -> Vec<Value> {
         let mut last = self.chunk("", Some(common::finish_reason(&outcome.finish, false)));
         last["tensorfold"] = common::receipt_json(outcome);
-        let mut out = vec![data(&last)];
+        let mut out = vec![last];
         if include_usage {
             let mut usage = self.chunk("", None);
             usage["choices"] = json!([]);
             usage["usage"] = common::usage_json(outcome, 0);
-            out.push(data(&usage));
+            out.push(usage);
         }
-        out.push(done_marker());
         out
+    }
+
+    /// The non-streamed reply: the echo and the whole text, with their log-probabilities.
+    fn completion(&self, text: &str, outcome: &Outcome) -> Value {
+        let (echo_text, echo_lp) = self.echo_part(&outcome.prompt_logprobs);
+        let finish = common::finish_reason(&outcome.finish, false);
+        let mut body = self.chunk(&format!("{echo_text}{text}"), Some(finish));
+        if let Some(b) = &self.backend {
+            let items = echo_lp
+                .into_iter()
+                .chain(common::reply_items(b, &outcome.logprobs));
+            body["choices"][0]["logprobs"] = common::completion_logprobs(b, items, 0).0;
+        }
+        body["usage"] = common::usage_json(outcome, 0);
+        body["tensorfold"] = common::receipt_json(outcome);
+        body
     }
 }
 
@@ -269,12 +260,12 @@ struct Sent {
 impl Head {
     /// The echo chunk (the prompt, with its log-probabilities where asked): sent once, before
     /// the reply's first text, when the prompt's log-probabilities have all come.
-    fn echo_chunk(&self, generation: &Generation, sent: &mut Sent) -> Option<Value> {
+    fn echo_chunk(&self, prompt_lps: &[tf_engine::TokenLogprob], sent: &mut Sent) -> Option<Value> {
         if sent.echoed || self.echo.is_none() {
             return None;
         }
         sent.echoed = true;
-        let (text, items) = self.echo_part(generation.prompt_logprobs());
+        let (text, items) = self.echo_part(prompt_lps);
         let mut chunk = self.chunk(text, None);
         if let Some(b) = &self.backend {
             let (v, end) = common::completion_logprobs(b, items.into_iter(), 0);
@@ -285,60 +276,80 @@ impl Head {
     }
 }
 
-fn events(
-    generation: Generation,
+/// The completions API's reply: the echo, then text chunks (with the legacy log-probability
+/// object where asked), then the finish; the whole `text_completion` at the end.
+struct CompletionFormat {
     head: Head,
     include_usage: bool,
-) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    stream::unfold(
-        Some((generation, head, Sent::default())),
-        move |st| async move {
-            let (mut generation, head, mut sent) = st?;
-            let step = generation.next().await?;
-            let mut events: Vec<Event> = Vec::new();
-            if let Some(chunk) = head.echo_chunk(&generation, &mut sent) {
-                events.push(data(&chunk));
-            }
-            match step {
-                Step::Text(_) if head.prompt_only => {
-                    generation.take_logprobs();
-                    Some((events, Some((generation, head, sent))))
-                }
-                Step::Text(t) => {
-                    let mut chunk = head.chunk(&t, None);
-                    if let Some(b) = &head.backend {
-                        let lps = generation.take_logprobs();
-                        let items = common::reply_items(b, &lps);
-                        let (v, at) = common::completion_logprobs(b, items, sent.offset);
-                        chunk["choices"][0]["logprobs"] = v;
-                        sent.tokens += lps.len();
-                        sent.offset = at;
-                    }
-                    events.push(data(&chunk));
-                    Some((events, Some((generation, head, sent))))
-                }
-                Step::Done(mut outcome) => {
-                    let failed = matches!(outcome.finish, Finish::Error(_));
-                    if head.prompt_only && !failed {
-                        outcome.receipt.completion_tokens = 0;
-                        outcome.tokens.clear();
-                        outcome.logprobs.clear();
-                        outcome.finish = Finish::Length;
-                    }
-                    let rest = outcome.logprobs.get(sent.tokens..).unwrap_or(&[]);
-                    if let (Some(b), false) = (&head.backend, rest.is_empty() || failed) {
-                        // The last tokens' log-probabilities ride on an empty text chunk.
-                        let mut chunk = head.chunk("", None);
-                        let items = common::reply_items(b, rest);
-                        chunk["choices"][0]["logprobs"] =
-                            common::completion_logprobs(b, items, sent.offset).0;
-                        events.push(data(&chunk));
-                    }
-                    events.extend(head.end(&outcome, include_usage));
-                    Some((events, None))
-                }
-            }
-        },
-    )
-    .flat_map(|events| stream::iter(events.into_iter().map(Ok)))
+    sent: Sent,
+    /// The reply's text so far (for the non-streamed reply).
+    text: String,
+    /// The finished `text_completion`, or the error the request failed with.
+    result: Option<Result<Value, String>>,
+}
+
+impl ReplyFormat for CompletionFormat {
+    fn text(&mut self, text: String, generation: &mut Generation) -> Vec<Value> {
+        let head = &self.head;
+        let mut events: Vec<Value> = head
+            .echo_chunk(generation.prompt_logprobs(), &mut self.sent)
+            .into_iter()
+            .collect();
+        if head.prompt_only {
+            generation.take_logprobs();
+            return events;
+        }
+        let mut chunk = head.chunk(&text, None);
+        if let Some(b) = &head.backend {
+            let lps = generation.take_logprobs();
+            let items = common::reply_items(b, &lps);
+            let (v, at) = common::completion_logprobs(b, items, self.sent.offset);
+            chunk["choices"][0]["logprobs"] = v;
+            self.sent.tokens += lps.len();
+            self.sent.offset = at;
+        }
+        self.text.push_str(&text);
+        events.push(chunk);
+        events
+    }
+
+    fn end(&mut self, mut outcome: Outcome) -> Vec<Value> {
+        let head = &self.head;
+        let mut events: Vec<Value> = head
+            .echo_chunk(&outcome.prompt_logprobs, &mut self.sent)
+            .into_iter()
+            .collect();
+        if let Finish::Error(message) = &outcome.finish {
+            events.push(ApiError::internal(message.clone()).body());
+            self.result = Some(Err(message.clone()));
+            return events;
+        }
+        // `echo` with `max_tokens: 0`: the one token drawn is not part of the reply.
+        if head.prompt_only {
+            outcome.receipt.completion_tokens = 0;
+            outcome.tokens.clear();
+            outcome.logprobs.clear();
+            outcome.finish = Finish::Length;
+        }
+        let rest = outcome.logprobs.get(self.sent.tokens..).unwrap_or(&[]);
+        if let (Some(b), false) = (&head.backend, rest.is_empty()) {
+            // The last tokens' log-probabilities ride on an empty text chunk.
+            let mut chunk = head.chunk("", None);
+            let items = common::reply_items(b, rest);
+            chunk["choices"][0]["logprobs"] =
+                common::completion_logprobs(b, items, self.sent.offset).0;
+            events.push(chunk);
+        }
+        events.extend(head.end(&outcome, self.include_usage));
+        self.result = Some(Ok(head.completion(&self.text, &outcome)));
+        events
+    }
+
+    fn body(&mut self) -> ApiResult<Value> {
+        match self.result.take() {
+            Some(Ok(body)) => Ok(body),
+            Some(Err(message)) => Err(ApiError::internal(message)),
+            None => Err(ApiError::internal("the request ended without a reply")),
+        }
+    }
 }

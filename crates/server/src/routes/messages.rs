@@ -9,10 +9,11 @@ use serde_json::{json, Map, Value};
 use crate::error::{AnthropicError, ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fields::Fields;
-use crate::generate::{Finish, Generation, Outcome, Step};
+use crate::generate::{Finish, Generation, Outcome};
 use crate::output::{Delta, ReplyParser};
 use crate::params::{self, GenFields};
 use crate::prompt::{self, ChatPrompt, Conversation, ToolChoice};
+use crate::reply::{Driver, Idle, ReplyFormat};
 use crate::routes::chat;
 use crate::routes::common;
 use crate::state::SharedState;
@@ -280,43 +281,20 @@ pub async fn create(
         params::Wording::Anthropic,
     )
     .await?;
-    let run = Run {
+    let format = MessagesFormat {
         prompt_tokens: generation.prompt_tokens(),
-        generation: Some(generation),
         parser: rendered.parser(common::new_id("toolu_")),
         id: common::new_id("msg_"),
         model: state.config.model_id.clone(),
         blocks: Vec::new(),
         open: None,
-        started: false,
         result: None,
     };
+    let driver = Driver::new(generation, format);
     if req.stream {
-        return Ok(common::named_sse(
-            common::Idle::Ping,
-            run,
-            |mut run| async move {
-                let events = run.next().await?;
-                Some((events, run))
-            },
-        ));
+        return Ok(driver.named_sse(Idle::Ping));
     }
-    let mut run = run;
-    let mut last = Value::Null;
-    while let Some(events) = run.next().await {
-        if let Some(e) = events.last() {
-            last = e.clone();
-        }
-    }
-    match run.result.take() {
-        Some(message) => Ok(Json(message).into_response()),
-        None => {
-            let message = last["error"]["message"]
-                .as_str()
-                .unwrap_or("the request failed");
-            Err(ApiError::internal(message.to_string()).into())
-        }
-    }
+    Ok(Json(driver.body().await?).into_response())
 }
 
 /// Anthropic's usage: `input_tokens` are the prompt tokens not read from the cache (the
@@ -346,21 +324,20 @@ enum OpenBlock {
     Thinking,
 }
 
-struct Run {
+/// The Messages API's reply: content blocks (text, thinking, tool use) as they open and close.
+struct MessagesFormat {
     prompt_tokens: usize,
-    generation: Option<Generation>,
     parser: ReplyParser,
     id: String,
     model: String,
     /// The finished content blocks.
     blocks: Vec<Value>,
     open: Option<(OpenBlock, String)>,
-    started: bool,
-    /// The finished message (for the JSON reply).
-    result: Option<Value>,
+    /// The finished message (the JSON reply), or the error the request failed with.
+    result: Option<Result<Value, String>>,
 }
 
-impl Run {
+impl MessagesFormat {
     fn close(&mut self, out: &mut Vec<Value>) {
         if let Some((kind, text)) = self.open.take() {
             let index = self.blocks.len();
@@ -438,49 +415,56 @@ impl Run {
         }
         m
     }
+}
 
-    async fn next(&mut self) -> Option<Vec<Value>> {
-        if !self.started {
-            self.started = true;
-            let start = json!({"type": "message_start", "message": self.message(None, None)});
-            return Some(vec![start, json!({"type": "ping"})]);
-        }
-        let step = self.generation.as_mut()?.next().await?;
+impl ReplyFormat for MessagesFormat {
+    fn start(&mut self) -> Vec<Value> {
+        let start = json!({"type": "message_start", "message": self.message(None, None)});
+        vec![start, json!({"type": "ping"})]
+    }
+
+    fn text(&mut self, text: String, _: &mut Generation) -> Vec<Value> {
         let mut out = Vec::new();
-        match step {
-            Step::Text(t) => {
-                for d in self.parser.push(&t) {
-                    self.push(d, &mut out);
-                }
-            }
-            Step::Done(outcome) => {
-                self.generation = None;
-                for d in self.parser.finish() {
-                    self.push(d, &mut out);
-                }
-                self.close(&mut out);
-                let tool_use = self.blocks.iter().any(|b| b["type"] == "tool_use");
-                let stop = match &outcome.finish {
-                    Finish::Error(message) => {
-                        let e = ApiError::internal(message.clone());
-                        out.push(e.anthropic_body());
-                        return Some(out);
-                    }
-                    Finish::Length => ("max_tokens", None),
-                    Finish::StopString(s) => ("stop_sequence", Some(s.as_str())),
-                    Finish::Stop if tool_use => ("tool_use", None),
-                    Finish::Stop => ("end_turn", None),
-                };
-                // The receipt rides on the last delta, as on the other APIs' last chunk.
-                out.push(json!({"type": "message_delta",
-                    "delta": {"stop_reason": stop.0, "stop_sequence": stop.1},
-                    "usage": usage_json(&outcome),
-                    "tensorfold": common::receipt_json(&outcome)}));
-                out.push(json!({"type": "message_stop"}));
-                self.result = Some(self.message(Some(stop), Some(&outcome)));
-            }
+        for d in self.parser.push(&text) {
+            self.push(d, &mut out);
         }
-        Some(out)
+        out
+    }
+
+    fn end(&mut self, outcome: Outcome) -> Vec<Value> {
+        let mut out = Vec::new();
+        for d in self.parser.finish() {
+            self.push(d, &mut out);
+        }
+        self.close(&mut out);
+        let tool_use = self.blocks.iter().any(|b| b["type"] == "tool_use");
+        let stop = match &outcome.finish {
+            Finish::Error(message) => {
+                out.push(ApiError::internal(message.clone()).anthropic_body());
+                self.result = Some(Err(message.clone()));
+                return out;
+            }
+            Finish::Length => ("max_tokens", None),
+            Finish::StopString(s) => ("stop_sequence", Some(s.as_str())),
+            Finish::Stop if tool_use => ("tool_use", None),
+            Finish::Stop => ("end_turn", None),
+        };
+        // The receipt rides on the last delta, as on the other APIs' last chunk.
+        out.push(json!({"type": "message_delta",
+            "delta": {"stop_reason": stop.0, "stop_sequence": stop.1},
+            "usage": usage_json(&outcome),
+            "tensorfold": common::receipt_json(&outcome)}));
+        out.push(json!({"type": "message_stop"}));
+        self.result = Some(Ok(self.message(Some(stop), Some(&outcome))));
+        out
+    }
+
+    fn body(&mut self) -> ApiResult<Value> {
+        match self.result.take() {
+            Some(Ok(message)) => Ok(message),
+            Some(Err(message)) => Err(ApiError::internal(message)),
+            None => Err(ApiError::internal("the request ended without a reply")),
+        }
     }
 }
 

@@ -14,10 +14,11 @@ use serde_json::{json, Map, Value};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fields::Fields;
-use crate::generate::{Finish, Generation, Outcome, Step};
+use crate::generate::{Finish, Generation, Outcome};
 use crate::output::ReplyParser;
 use crate::params::{self, GenFields};
 use crate::prompt::{self, ChatPrompt, Conversation};
+use crate::reply::{Driver, Idle, ReplyFormat};
 use crate::routes::chat::{self, count_tokens};
 use crate::routes::common;
 use crate::routes::responses_events::EventBuilder;
@@ -339,21 +340,26 @@ impl ResponseRequest {
     }
 }
 
-/// One response in progress: its events, in order, then the stored result.
+/// One response in progress (HTTP JSON, SSE or a WebSocket): the reply driver over the
+/// Responses format.
 pub struct ResponseRun {
+    driver: Driver<ResponsesFormat>,
+}
+
+/// The Responses API's reply: output items as they open and close, then the response object
+/// (stored when asked).
+struct ResponsesFormat {
     state: SharedState,
     backend: Arc<Backend>,
-    generation: Option<Generation>,
     parser: ReplyParser,
     builder: EventBuilder,
     id: String,
     created: u64,
     req: ResponseRequest,
-    started: bool,
     /// The finished response object.
-    pub result: Option<Value>,
+    result: Option<Value>,
     /// The finished response's conversation (its input and output), stored or not.
-    pub conversation: Option<Vec<Value>>,
+    conversation: Option<Vec<Value>>,
 }
 
 impl ResponseRun {
@@ -373,70 +379,73 @@ impl ResponseRun {
         )
         .await?;
         let parallel = req.echo["parallel_tool_calls"].as_bool().unwrap_or(true);
-        Ok(ResponseRun {
+        let format = ResponsesFormat {
             state: state.clone(),
             backend,
-            generation: Some(generation),
             parser: rendered.parser(common::new_id("call_")),
             builder: EventBuilder::new(parallel, stream_id, req.namespaces.clone()),
             id: common::new_id("resp_"),
             created: common::now_secs(),
             req,
-            started: false,
             result: None,
             conversation: None,
+        };
+        Ok(ResponseRun {
+            driver: Driver::new(generation, format),
         })
     }
 
+    /// The response's id.
+    pub fn id(&self) -> &str {
+        &self.driver.format.id
+    }
+
+    /// The next events; `None` once the response is over.
+    pub async fn next(&mut self) -> Option<Vec<Value>> {
+        self.driver.next().await
+    }
+
+    /// The finished response's conversation (its input and output), once.
+    pub fn take_conversation(&mut self) -> Option<Vec<Value>> {
+        self.driver.format.conversation.take()
+    }
+}
+
+impl ResponsesFormat {
     fn object(&self, status: &str, output: Vec<Value>) -> Value {
         let model = &self.state.config.model_id;
         response_object(&self.id, self.created, model, status, output, &self.req)
     }
 
-    /// The response's id.
-    pub fn id(&self) -> &str {
-        &self.id
+    fn deltas(&mut self, deltas: Vec<crate::output::Delta>) -> Vec<Value> {
+        deltas
+            .into_iter()
+            .flat_map(|d| self.builder.push(d))
+            .collect()
+    }
+}
+
+impl ReplyFormat for ResponsesFormat {
+    fn start(&mut self) -> Vec<Value> {
+        let r = self.object("in_progress", Vec::new());
+        let created = self
+            .builder
+            .event("response.created", json!({"response": r}));
+        let progress = self
+            .builder
+            .event("response.in_progress", json!({"response": r}));
+        vec![created, progress]
     }
 
-    /// The next events; `None` once the response is over.
-    pub async fn next(&mut self) -> Option<Vec<Value>> {
-        if !self.started {
-            self.started = true;
-            let r = self.object("in_progress", Vec::new());
-            let created = self
-                .builder
-                .event("response.created", json!({"response": r}));
-            let progress = self
-                .builder
-                .event("response.in_progress", json!({"response": r}));
-            return Some(vec![created, progress]);
-        }
-        let step = self.generation.as_mut()?.next().await;
-        match step? {
-            Step::Text(t) => {
-                let deltas = self.parser.push(&t);
-                Some(
-                    deltas
-                        .into_iter()
-                        .flat_map(|d| self.builder.push(d))
-                        .collect(),
-                )
-            }
-            Step::Done(outcome) => {
-                self.generation = None;
-                let deltas = self.parser.finish();
-                let mut events: Vec<Value> = deltas
-                    .into_iter()
-                    .flat_map(|d| self.builder.push(d))
-                    .collect();
-                self.builder.close(&mut events);
-                events.push(self.end(&outcome));
-                Some(events)
-            }
-        }
+    fn text(&mut self, text: String, _: &mut Generation) -> Vec<Value> {
+        let deltas = self.parser.push(&text);
+        self.deltas(deltas)
     }
 
-    fn end(&mut self, outcome: &Outcome) -> Value {
+    fn end(&mut self, outcome: Outcome) -> Vec<Value> {
+        let deltas = self.parser.finish();
+        let mut events = self.deltas(deltas);
+        self.builder.close(&mut events);
         let items: Vec<Value> = self.builder.items.clone();
         let (status, kind) = match &outcome.finish {
             Finish::Error(_) => ("failed", "response.failed"),
@@ -461,7 +470,7 @@ impl ResponseRun {
             "output_tokens_details": {"reasoning_tokens": count_tokens(&self.backend, reasoning)},
             "total_tokens": outcome.prompt_tokens + output_tokens,
         });
-        r["tensorfold"] = common::receipt_json(outcome);
+        r["tensorfold"] = common::receipt_json(&outcome);
         if !matches!(outcome.finish, Finish::Error(_)) {
             let mut conv = Conversation::default();
             conv.extend(self.req.history.clone());
@@ -475,7 +484,17 @@ impl ResponseRun {
             self.conversation = Some(conv);
         }
         self.result = Some(r.clone());
-        self.builder.event(kind, json!({"response": r}))
+        events.push(self.builder.event(kind, json!({"response": r})));
+        events
+    }
+
+    fn body(&mut self) -> ApiResult<Value> {
+        let result = self.result.take().unwrap_or(Value::Null);
+        if result["status"] == "failed" {
+            let message = result["error"]["message"].as_str().unwrap_or("failed");
+            return Err(ApiError::internal(message.to_string()));
+        }
+        Ok(result)
     }
 }
 
@@ -517,24 +536,11 @@ pub async fn create(State(state): State<SharedState>, JsonBody(body): JsonBody) 
 async fn create_inner(state: SharedState, body: Value) -> ApiResult<Response> {
     let req = parse(&state, &body)?;
     let stream = req.stream;
-    let mut run = ResponseRun::start(&state, req, None).await?;
+    let run = ResponseRun::start(&state, req, None).await?;
     if stream {
-        return Ok(common::named_sse(
-            common::Idle::Comment,
-            run,
-            |mut run| async move {
-                let events = run.next().await?;
-                Some((events, run))
-            },
-        ));
+        return Ok(run.driver.named_sse(Idle::Comment));
     }
-    while run.next().await.is_some() {}
-    let result = run.result.take().unwrap_or(Value::Null);
-    if result["status"] == "failed" {
-        let message = result["error"]["message"].as_str().unwrap_or("failed");
-        return Err(ApiError::internal(message.to_string()));
-    }
-    Ok(Json(result).into_response())
+    Ok(Json(run.driver.body().await?).into_response())
 }
 
 pub async fn retrieve(State(state): State<SharedState>, Path(id): Path<String>) -> Response {

@@ -158,7 +158,7 @@ async fn serve_events(state: &SharedState, socket: &mut WebSocket) {
             tokio::select! {
                 events = run.next() => {
                     let Some(events) = events else {
-                        if let Some(conversation) = run.conversation.take() {
+                        if let Some(conversation) = run.take_conversation() {
                             recent.add(run.id().to_string(), conversation);
                         }
                         break;
