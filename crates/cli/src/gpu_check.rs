@@ -67,12 +67,16 @@ pub fn run(args: &GpuCheckArgs, global: &GlobalArgs) -> Result<()> {
             tf_cuda::Gpu::open(args.gpu, Some(&cache), global.kv_type)
                 .context("opening the GPU")?,
         );
-        crate::gpu_check_model::run(
-            &gpu,
-            model,
-            args.draft.as_deref(),
-            args.replies.then_some(global),
-        )?;
+        use tf_cuda::conformance::{model, tally};
+        let mut tallies = model::checks(&gpu, model, args.draft.as_deref())?;
+        if args.replies {
+            let draft = args.draft.as_deref();
+            tallies.extend(crate::gpu_check_replies::checks(model, draft, global)?);
+        }
+        let failed = tally::print(&tallies);
+        if failed > 0 {
+            anyhow::bail!("{failed} model checks failed");
+        }
     }
     ops
 }

@@ -12,10 +12,10 @@ use tf_text::{ChatTemplate, Tokenizer};
 
 use crate::cells::{self, Cell};
 use crate::device::Device;
-use crate::gpu_tally::Tally;
 use crate::lanes;
 use crate::prompts;
 use crate::GlobalArgs;
+use tf_cuda::conformance::tally::Tally;
 
 /// Reply tokens of a cell request and of a conversation turn.
 const CELL_TOKENS: usize = 64;

@@ -11,11 +11,7 @@ mod device;
 
 mod gpu_check;
 #[cfg(feature = "cuda")]
-mod gpu_check_model;
-#[cfg(feature = "cuda")]
 mod gpu_check_replies;
-#[cfg(feature = "cuda")]
-mod gpu_tally;
 mod info;
 mod lanes;
 mod load;

@@ -39,6 +39,21 @@ pub enum CudaError {
     Compile(String),
     #[error("{0}")]
     Usage(String),
+    /// A model or engine check could not run.
+    #[error("{0}")]
+    Check(String),
+}
+
+impl From<tf_models::ModelError> for CudaError {
+    fn from(e: tf_models::ModelError) -> Self {
+        CudaError::Check(e.to_string())
+    }
+}
+
+impl From<tf_engine::EngineError> for CudaError {
+    fn from(e: tf_engine::EngineError) -> Self {
+        CudaError::Check(e.to_string())
+    }
 }
 
 impl From<cudarc::driver::DriverError> for CudaError {

@@ -7,7 +7,9 @@ mod argmax;
 mod attn;
 mod fused;
 mod gemv;
+pub mod model;
 pub mod ops;
+pub mod tally;
 
 pub use ops::run;
 

@@ -1,5 +1,5 @@
-//! `tensorfold gpu-check --model FILE`: the whole model on the GPU against the CPU backend, and
-//! the engine's exactness promises on the GPU.
+//! The model checks (`tensorfold gpu-check --model FILE`): the whole model on the GPU against the
+//! CPU backend, and the engine's exactness promises on the GPU.
 //!
 //! * logits: one prefill call with every row's logits, then decode rows, GPU vs CPU bit for bit;
 //!   the GPU's prefill in uneven chunks equals its one-call prefill bit for bit;
@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use super::tally::Tally;
+use crate::{CudaError, CudaRunner, Gpu, Result};
 use tf_core::{BlockId, TokenId};
-use tf_cuda::{CudaRunner, Gpu};
 use tf_engine::cost::CostModel;
 use tf_engine::proposer::DraftModel;
 use tf_engine::{
@@ -24,8 +24,6 @@ use tf_models::{Model, Row};
 use tokio::sync::mpsc::unbounded_channel;
 
 use tf_core::SplitMix64;
-
-use crate::gpu_tally::Tally;
 
 const KV_POSITIONS: usize = 8 * 1024;
 const CONTEXT: usize = 1024;
@@ -318,13 +316,15 @@ fn run_all(e: &mut Engine, reqs: &[Request]) -> Result<Vec<Receipt>> {
                         done.insert(i, receipt);
                     }
                     Event::Logprobs(_) | Event::PromptLogprobs(_) => {}
-                    Event::Error(err) => bail!("engine error: {err}"),
+                    Event::Error(err) => {
+                        return Err(CudaError::Check(format!("engine error: {err}")))
+                    }
                     Event::Tokens(_) => {}
                 }
             }
         }
         if steps > 100_000 {
-            bail!("engine made no progress");
+            return Err(CudaError::Check("engine made no progress".into()));
         }
     }
     Ok((0..reqs.len()).map(|i| done.remove(&i).unwrap()).collect())
@@ -447,13 +447,13 @@ fn engine_checks(s: &Setup) -> Result<Vec<Tally>> {
     Ok(vec![drafted, concurrent, resumed, chunked, cpu])
 }
 
-/// Runs every check on `model` (and `draft`), prints a table; fails if any check failed.
-pub fn run(
+/// Every check on `model` (and `draft`, a model of the same vocabulary), after a line naming
+/// the model: the logits checks, then the engine's.
+pub fn checks(
     gpu: &Arc<Gpu>,
     model_path: &std::path::Path,
     draft_path: Option<&std::path::Path>,
-    replies: Option<&crate::GlobalArgs>,
-) -> Result<()> {
+) -> Result<Vec<Tally>> {
     let model = Arc::new(Model::load(model_path)?);
     let draft = draft_path.map(Model::load).transpose()?.map(Arc::new);
     let pool = Arc::new(ThreadPool::with_available_parallelism());
@@ -472,20 +472,5 @@ pub fn run(
         pool: &pool,
     };
     tallies.extend(engine_checks(&setup)?);
-    if let Some(global) = replies {
-        tallies.extend(crate::gpu_check_replies::checks(
-            model_path, draft_path, global,
-        )?);
-    }
-    println!("| check | result | note |\n|---|---|---|");
-    let mut failed = 0;
-    for t in &tallies {
-        let ok = t.pass == t.total;
-        failed += usize::from(!ok);
-        println!("| {} | {} of {} | {} |", t.name, t.pass, t.total, t.note);
-    }
-    if failed > 0 {
-        bail!("{failed} model checks failed");
-    }
-    Ok(())
+    Ok(tallies)
 }
