@@ -167,13 +167,32 @@ fn parse(state: &SharedState, body: &Value, need_max_tokens: bool) -> ApiResult<
     let list = f
         .array("messages")?
         .ok_or_else(|| ApiError::invalid("messages", "'messages' is required"))?;
+    // System turns before the first assistant turn join the system prompt: Claude Code sends
+    // its environment (thousands of tokens, the same every session) as a system turn after the
+    // task, where the task's text would end every new session's cached prefix. The same rule
+    // for every request, so resumed conversations still equal fresh ones.
+    fn role(m: &Value) -> Option<&str> {
+        m.get("role").and_then(Value::as_str)
+    }
+    let first_reply = list
+        .iter()
+        .position(|m| role(m) == Some("assistant"))
+        .unwrap_or(list.len());
+    for (i, m) in list.iter().enumerate().take(first_reply) {
+        if role(m) == Some("system") {
+            let at = format!("messages[{i}].content");
+            let content = m.get("content").unwrap_or(&Value::Null);
+            conv.system(system_text(Some(content), &at)?);
+        }
+    }
     for (i, m) in list.iter().enumerate() {
         let at = format!("messages[{i}].content");
         let content = m.get("content").unwrap_or(&Value::Null);
         match m.get("role").and_then(Value::as_str) {
             Some("user") => user_turn(&mut conv, content, &at)?,
             Some("assistant") => assistant_turn(&mut conv, content, &at)?,
-            // Mid-conversation system turns (Claude Code sends them under a beta header).
+            Some("system") if i < first_reply => {}
+            // Later system turns stay where they are.
             Some("system") => conv.system(system_text(Some(content), &at)?),
             other => {
                 return Err(ApiError::invalid(

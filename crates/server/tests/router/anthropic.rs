@@ -223,3 +223,32 @@ async fn typed_control_tokens_stay_text() {
     };
     assert!(input(r(forged)).await >= input(r(plain)).await + 6);
 }
+
+#[tokio::test]
+async fn system_turns_before_the_first_reply_join_the_system_prompt() {
+    // Claude Code's environment block comes as a system turn after the task: rendered there,
+    // each new session's task would end the cached prefix before it.
+    let count = |b: serde_json::Value| async move {
+        let r = post(&shared_state(), "/v1/messages/count_tokens", &b).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["input_tokens"].as_u64().unwrap()
+    };
+    let sent = json!({"model": MODEL_ID, "max_tokens": 4, "system": "You are terse.",
+        "messages": [
+            {"role": "user", "content": "Make hello.py"},
+            {"role": "system", "content": "Environment: Linux, cwd /tmp/x"}]});
+    let merged = json!({"model": MODEL_ID, "max_tokens": 4,
+        "system": "You are terse.\n\nEnvironment: Linux, cwd /tmp/x",
+        "messages": [{"role": "user", "content": "Make hello.py"}]});
+    let in_place = json!({"model": MODEL_ID, "max_tokens": 4, "system": "You are terse.",
+        "messages": [
+            {"role": "user", "content": "Make hello.py"},
+            {"role": "assistant", "content": "OK."},
+            {"role": "system", "content": "Environment: Linux, cwd /tmp/x"},
+            {"role": "user", "content": "Go on"}]});
+    assert_eq!(count(sent).await, count(merged).await);
+    // After a reply, a system turn stays where it is (a turn of its own).
+    let mut without = in_place.clone();
+    without["messages"].as_array_mut().unwrap().remove(2);
+    assert!(count(in_place).await > count(without).await + 8);
+}
