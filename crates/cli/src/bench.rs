@@ -202,6 +202,11 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     if !args.raw {
         return crate::cells::run(args, global);
     }
+    raw(args, global)
+}
+
+/// `bench --raw`: llama-bench's prefill and decode tests, and verify rounds of k rows.
+fn raw(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     if args.pp == 0 && args.tg == 0 && args.verify.is_empty() {
         bail!("nothing to measure: --pp and --tg are both 0 and no --verify");
     }

@@ -180,20 +180,8 @@ fn check_sampling(args: &ServeArgs) -> Result<SamplingDefaults> {
 pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     let spec = load::spec_or_default(args.model.as_deref()).to_string();
     let parallel = parallel(&args.parallel)?;
-    let key = api_key(args)?;
-    let defaults = check_sampling(args)?;
     let model_id = args.name.clone().unwrap_or_else(|| model_name(&spec));
-    let mut config = ServerConfig::new(model_id.clone());
-    config.aliases = args.alias.clone();
-    config.max_tokens = args.max_tokens.map(|n| n as usize);
-    config.defaults = defaults;
-    config.api_key = key;
-    config.max_connections = args.max_connections as usize;
-    config.header_timeout = std::time::Duration::from_secs(args.header_timeout.into());
-    config.body_timeout = std::time::Duration::from_secs(args.body_timeout.into());
-    config.dashboard = !args.no_dashboard;
-    config.access_log = args.access_log;
-    let state = AppState::new(config);
+    let state = AppState::new(server_config(args, &model_id)?);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -259,27 +247,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         None => engine.free_blocks(),
     };
     engine.set_cache_budget(cache_blocks);
-    let spill = match &args.prompt_cache_dir {
-        Some(dir) => {
-            if !(args.spill_gib.is_finite() && args.spill_gib > 0.0) {
-                bail!(
-                    "--spill-gib must be a positive number, got {}",
-                    args.spill_gib
-                );
-            }
-            let budget = (args.spill_gib * (1u64 << 30) as f64) as u64;
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create --prompt-cache-dir {}", dir.display()))?;
-            let store = SpillStore::open(dir, budget, engine.salt())
-                .with_context(|| format!("cannot open --prompt-cache-dir {}", dir.display()))?;
-            let found = store.stats();
-            engine
-                .set_spill(store)
-                .with_context(|| format!("cannot use --prompt-cache-dir {}", dir.display()))?;
-            Some((dir.clone(), budget, found))
-        }
-        None => None,
-    };
+    let spill = open_spill(args, &mut engine)?;
     let total_blocks = engine.free_blocks();
     let (engine, _join) = EngineHandle::spawn(engine);
     let backend = Backend::new(
@@ -290,45 +258,20 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         !args.no_drafts,
     )
     .context("cannot compile the model's chat template")?;
-    eprintln!("model      {model_id} ({})", lanes.target.path().display());
-    match (&lanes.draft, args.no_drafts) {
-        (_, true) => eprintln!("drafts     off (--no-drafts: every request is served serially)"),
-        (Some(d), false) => eprintln!(
-            "drafts     on: context copies + draft model {}; {}",
-            d.path().display(),
-            match global.draft_window {
-                0 => "it runs every prompt token".to_string(),
-                n => format!("of a long prompt it runs the first block and the last {n} tokens"),
-            }
-        ),
-        (None, false) => eprintln!("drafts     on: context copies"),
-    }
-    eprintln!(
-        "context    {} tokens per request; {} requests at once",
-        lanes.plan.context, mem.parallel
+    let loaded = Loaded {
+        target: lanes.target.path(),
+        draft: lanes.draft.as_ref().map(|d| d.path()),
+        context: lanes.plan.context,
+    };
+    print_setup(
+        &model_id,
+        &loaded,
+        args,
+        global,
+        &mem,
+        cache_blocks,
+        spill.as_ref(),
     );
-    eprintln!(
-        "memory     budget {:.2} GiB: weights {:.2} GiB, KV cache {:.2} GiB ({} positions of \
-         {} KiB, {} keys and values; the prompt cache keeps up to {:.2} GiB of it), buffers \
-         {:.2} GiB",
-        gib(mem.budget),
-        gib(mem.weights),
-        gib(mem.kv_bytes()),
-        mem.kv_positions,
-        mem.kv_per_position.div_ceil(1024),
-        global.kv_type.name(),
-        gib(cache_blocks as u64 * mem.kv_per_position * tf_kernels::kv::BLOCK_SIZE as u64),
-        gib(mem.buffers),
-    );
-    if let Some((dir, budget, found)) = &spill {
-        eprintln!(
-            "disk cache {} (budget {:.2} GiB; {} cached blocks found, {:.2} GiB)",
-            dir.display(),
-            gib(*budget),
-            found.files,
-            gib(found.bytes)
-        );
-    }
     let shutdown_handle = backend.engine.clone();
     state.set_backend(backend);
     eprintln!("TensorFold ready: listening on http://{bound} (OpenAI API at http://{bound}/v1)");
@@ -355,6 +298,108 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         None | Some(Ok(Ok(()))) => Ok(()),
         Some(Ok(Err(e))) => Err(anyhow!(e).context("the HTTP server failed")),
         Some(Err(e)) => Err(anyhow!(e).context("the HTTP server task failed")),
+    }
+}
+
+/// The server's configuration from the command line.
+fn server_config(args: &ServeArgs, model_id: &str) -> Result<ServerConfig> {
+    let mut config = ServerConfig::new(model_id.to_string());
+    config.aliases = args.alias.clone();
+    config.max_tokens = args.max_tokens.map(|n| n as usize);
+    config.defaults = check_sampling(args)?;
+    config.api_key = api_key(args)?;
+    config.max_connections = args.max_connections as usize;
+    config.header_timeout = std::time::Duration::from_secs(args.header_timeout.into());
+    config.body_timeout = std::time::Duration::from_secs(args.body_timeout.into());
+    config.dashboard = !args.no_dashboard;
+    config.access_log = args.access_log;
+    Ok(config)
+}
+
+/// The disk tier of the prompt cache (`--prompt-cache-dir`): its directory, byte budget and
+/// what it already held.
+fn open_spill(
+    args: &ServeArgs,
+    engine: &mut tf_engine::Engine,
+) -> Result<Option<(std::path::PathBuf, u64, tf_engine::SpillStats)>> {
+    Ok(match &args.prompt_cache_dir {
+        Some(dir) => {
+            if !(args.spill_gib.is_finite() && args.spill_gib > 0.0) {
+                bail!(
+                    "--spill-gib must be a positive number, got {}",
+                    args.spill_gib
+                );
+            }
+            let budget = (args.spill_gib * (1u64 << 30) as f64) as u64;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create --prompt-cache-dir {}", dir.display()))?;
+            let store = SpillStore::open(dir, budget, engine.salt())
+                .with_context(|| format!("cannot open --prompt-cache-dir {}", dir.display()))?;
+            let found = store.stats();
+            engine
+                .set_spill(store)
+                .with_context(|| format!("cannot use --prompt-cache-dir {}", dir.display()))?;
+            Some((dir.clone(), budget, found))
+        }
+        None => None,
+    })
+}
+
+/// The files `serve` loaded and the context it serves.
+struct Loaded<'a> {
+    target: &'a std::path::Path,
+    draft: Option<&'a std::path::Path>,
+    context: usize,
+}
+
+/// What `serve` loaded and how it shares memory, on stderr.
+fn print_setup(
+    model_id: &str,
+    lanes: &Loaded,
+    args: &ServeArgs,
+    global: &GlobalArgs,
+    mem: &memory::MemoryPlan,
+    cache_blocks: usize,
+    spill: Option<&(std::path::PathBuf, u64, tf_engine::SpillStats)>,
+) {
+    eprintln!("model      {model_id} ({})", lanes.target.display());
+    match (&lanes.draft, args.no_drafts) {
+        (_, true) => eprintln!("drafts     off (--no-drafts: every request is served serially)"),
+        (Some(d), false) => eprintln!(
+            "drafts     on: context copies + draft model {}; {}",
+            d.display(),
+            match global.draft_window {
+                0 => "it runs every prompt token".to_string(),
+                n => format!("of a long prompt it runs the first block and the last {n} tokens"),
+            }
+        ),
+        (None, false) => eprintln!("drafts     on: context copies"),
+    }
+    eprintln!(
+        "context    {} tokens per request; {} requests at once",
+        lanes.context, mem.parallel
+    );
+    eprintln!(
+        "memory     budget {:.2} GiB: weights {:.2} GiB, KV cache {:.2} GiB ({} positions of \
+         {} KiB, {} keys and values; the prompt cache keeps up to {:.2} GiB of it), buffers \
+         {:.2} GiB",
+        gib(mem.budget),
+        gib(mem.weights),
+        gib(mem.kv_bytes()),
+        mem.kv_positions,
+        mem.kv_per_position.div_ceil(1024),
+        global.kv_type.name(),
+        gib(cache_blocks as u64 * mem.kv_per_position * tf_kernels::kv::BLOCK_SIZE as u64),
+        gib(mem.buffers),
+    );
+    if let Some((dir, budget, found)) = spill {
+        eprintln!(
+            "disk cache {} (budget {:.2} GiB; {} cached blocks found, {:.2} GiB)",
+            dir.display(),
+            gib(*budget),
+            found.files,
+            gib(found.bytes)
+        );
     }
 }
 

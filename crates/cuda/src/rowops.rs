@@ -140,6 +140,10 @@ impl Gpu {
     /// canonical key-chunk order of `tf_kernels::attention`. With `split`,
     /// the same bits for few rows: `splits` blocks per (row, KV head) compute one chunk each in
     /// turn into the partials, then one merge per (row, head) folds them in order.
+    ///
+    /// Long on purpose: the choice among the four kernel forms (tiled, few-row, split, one
+    /// pass) and each form's launch arguments sit side by side, so that the forms stay visibly
+    /// the same computation.
     pub fn attention(
         &self,
         dims: AttnDims,

@@ -177,6 +177,8 @@ pub fn write_synth_gguf(spec: &SynthSpec, path: &std::path::Path) -> tf_weights:
     })
 }
 
+/// Long on purpose: it is a table, every GGUF key and tensor a synthetic file carries, in the
+/// order a real file of the family has them.
 fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
     let mut w = GgufWriter::new();
     let a = spec.arch;

@@ -76,6 +76,8 @@ fn tree_rows() -> Vec<TestRow> {
     ]
 }
 
+/// Long on purpose: the attention forms and variants are checked in one sweep over the same
+/// shapes and row sets, in the order the table prints them.
 pub fn run(
     gpu: &mut Gpu,
     level: SimdLevel,

@@ -139,6 +139,8 @@ pub(crate) fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> 
     Ok(t[t.len() / 2])
 }
 
+/// Every kernel against its CPU oracle, one check after another in the order of the printed
+/// table (long on purpose: each check is a few lines, and the list reads as the table does).
 pub fn run(args: &super::Options) -> Result<()> {
     let max_rows = args.rows.iter().copied().max().unwrap_or(1);
     if args.rows.iter().any(|&r| r == 0 || r > 512) {

@@ -215,6 +215,9 @@ struct Running {
     l: f32,
 }
 
+// Long on purpose: one loop nest (key chunks, then rows and heads of the group) whose score,
+// max, exp and sum steps keep their accumulators in registers across the chunk; split into
+// functions, the fixed order of rule 3 would be harder to see, not easier.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2,fma")]
