@@ -86,6 +86,63 @@ pub fn exp(x: f32) -> f32 {
     p * scale
 }
 
+/// The canonical natural logarithm of a positive finite `x`: `x = m * 2^e` with `m` in
+/// [sqrt(1/2), sqrt(2)), then `ln m = 2 atanh(s)`, `s = (m - 1) / (m + 1)`, by a fixed odd
+/// polynomial of degree 11, each step a fixed FMA. Relative error about 2e-7. `x <= 0` or NaN
+/// gives -inf or NaN as `f32::ln` would; infinity gives infinity.
+#[inline(always)]
+pub fn ln(x: f32) -> f32 {
+    if x.is_nan() || x < 0.0 {
+        return f32::NAN;
+    }
+    if x == 0.0 {
+        return f32::NEG_INFINITY;
+    }
+    if x.is_infinite() {
+        return x;
+    }
+    // Subnormals: scale into the normal range first.
+    let (x, bias) = if x < f32::MIN_POSITIVE {
+        (x * 8_388_608.0, -23)
+    } else {
+        (x, 0)
+    };
+    let bits = x.to_bits();
+    let mut e = ((bits >> 23) & 0xff) as i32 - 127 + bias;
+    let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+    if m >= std::f32::consts::SQRT_2 {
+        m *= 0.5;
+        e += 1;
+    }
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let mut p: f32 = 1.0 / 11.0;
+    p = p.mul_add(s2, 1.0 / 9.0);
+    p = p.mul_add(s2, 1.0 / 7.0);
+    p = p.mul_add(s2, 1.0 / 5.0);
+    p = p.mul_add(s2, 1.0 / 3.0);
+    p = p.mul_add(s2, 1.0);
+    let ln_m = 2.0 * s * p;
+    (e as f32).mul_add(LN2_HI, (e as f32).mul_add(LN2_LO, ln_m))
+}
+
+/// `ln(1 + exp(x))` with the canonical [`exp`] and [`ln`]; `x` itself above 20 (where the two
+/// agree to f32 precision).
+#[inline(always)]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        ln(1.0 + exp(x))
+    }
+}
+
+/// `1 / (1 + exp(-x))` with the canonical [`exp`].
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
 /// `tanh(x) = 1 - 2 / (1 + exp(2x))` with the canonical [`exp`] (absolute error about 3e-7;
 /// saturates to ±1). For soft-capping (`cap * tanh(x / cap)`).
 #[inline(always)]

@@ -18,6 +18,7 @@ pub mod actq;
 pub mod attention;
 pub mod canon;
 pub mod cpu;
+pub mod deltanet;
 pub mod kv;
 pub mod matmul;
 pub mod moe;
