@@ -27,6 +27,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("matmul_f.cu", include_str!("../kernels/matmul_f.cu")),
     ("rmsnorm.cu", include_str!("../kernels/rmsnorm.cu")),
     ("glu.cu", include_str!("../kernels/glu.cu")),
+    ("deltanet.cu", include_str!("../kernels/deltanet.cu")),
     ("rope.cu", include_str!("../kernels/rope.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     (

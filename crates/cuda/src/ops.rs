@@ -612,6 +612,55 @@ impl Gpu {
         Ok(())
     }
 
+    /// Gated DeltaNet's delta rule over one sequence's tokens (`tf_kernels::deltanet::delta_rule`,
+    /// bit for bit): `q`, `k` are `tokens x (k_heads * dk)`, `v` and `out` `tokens x (v_heads *
+    /// dv)`, `g` and `beta` `tokens x v_heads`; `state` (`v_heads x dk x dv`) is updated.
+    #[allow(clippy::too_many_arguments)]
+    pub fn delta_rule(
+        &self,
+        shape: &tf_kernels::deltanet::DeltaShape,
+        tokens: usize,
+        q: &CudaSlice<f32>,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        g: &CudaSlice<f32>,
+        beta: &CudaSlice<f32>,
+        state: &mut CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (hk, hv, dk, dv) = (shape.k_heads, shape.v_heads, shape.dk, shape.dv);
+        let (kw, vw) = (hk * dk, hv * dv);
+        let sizes_ok = hk > 0
+            && hv.is_multiple_of(hk)
+            && dv <= 1024
+            && q.len() >= tokens * kw
+            && k.len() >= tokens * kw
+            && v.len() >= tokens * vw
+            && out.len() >= tokens * vw
+            && g.len() >= tokens * hv
+            && beta.len() >= tokens * hv
+            && state.len() >= shape.state_len();
+        if !sizes_ok {
+            return Err(CudaError::Usage("delta_rule: shape or buffer sizes".into()));
+        }
+        let f = self.function("delta_rule")?;
+        let cfg = LaunchConfig {
+            grid_dim: (hv as u32, 1, 1),
+            block_dim: (dv as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let dims = [tokens, hk, hv, dk, dv].map(|x| x as i32);
+        let mut l = self.launcher(&f);
+        l.arg(q).arg(k).arg(v).arg(g).arg(beta).arg(state).arg(out);
+        for d in &dims {
+            l.arg(d);
+        }
+        // SAFETY: every buffer was checked to hold what the kernel reads and writes for these
+        // dimensions; the kernel reads and writes only inside them.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
     /// `x[i] = cap * tanh(x[i] / cap)` for the first `len` values that are finite (final-logit
     /// soft-capping, as the CPU's output head does it).
     pub fn soft_cap(&self, x: &mut CudaSlice<f32>, len: usize, cap: f32) -> Result<()> {

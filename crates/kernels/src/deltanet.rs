@@ -20,6 +20,7 @@
 
 use crate::canon;
 use crate::pool::{SharedOut, ThreadPool};
+use tf_core::SplitMix64;
 
 /// A layer's head layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,4 +209,43 @@ pub fn gated_rms_norm(o: &mut [f32], z: &[f32], w: &[f32], eps: f32) {
     for ((x, &zi), &wi) in o.iter_mut().zip(z).zip(w) {
         *x = wi * (*x * inv) * canon::silu(zi);
     }
+}
+
+/// One sequence's inputs to [`delta_rule`], token-major.
+pub struct DeltaInputs {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub g: Vec<f32>,
+    pub beta: Vec<f32>,
+}
+
+/// Random inputs as the layer makes them (tests and the GPU conformance checks): unit-length
+/// keys and queries, the queries scaled by `1 / sqrt(dk)`, gates from random projections with
+/// `A_log = ln(0.5 + 0.3 h)` and `dt_bias = 1`.
+pub fn random_inputs(s: &DeltaShape, tokens: usize, seed: u64) -> DeltaInputs {
+    let mut r = SplitMix64::new(seed);
+    let mut rand = |n: usize| -> Vec<f32> { (0..n).map(|_| r.next_f32_signed()).collect() };
+    let (mut q, mut k) = (
+        rand(tokens * s.k_heads * s.dk),
+        rand(tokens * s.k_heads * s.dk),
+    );
+    let v = rand(tokens * s.v_heads * s.dv);
+    for x in q.chunks_mut(s.dk).chain(k.chunks_mut(s.dk)) {
+        l2_normalize(x, 1e-6);
+    }
+    let scale = 1.0 / (s.dk as f32).sqrt();
+    q.iter_mut().for_each(|x| *x *= scale);
+    let a_log: Vec<f32> = (0..s.v_heads)
+        .map(|h| (0.5 + h as f32 * 0.3).ln())
+        .collect();
+    let dt_bias = vec![1.0; s.v_heads];
+    let (a, b) = (rand(tokens * s.v_heads), rand(tokens * s.v_heads));
+    let (mut g, mut beta) = (vec![0.0; a.len()], vec![0.0; a.len()]);
+    for t in 0..tokens {
+        let at = t * s.v_heads..(t + 1) * s.v_heads;
+        let (gt, bt) = (&mut g[at.clone()], &mut beta[at.clone()]);
+        gates(&a_log, &dt_bias, &a[at.clone()], &b[at], gt, bt);
+    }
+    DeltaInputs { q, k, v, g, beta }
 }

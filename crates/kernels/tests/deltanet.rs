@@ -6,7 +6,7 @@
 
 use tf_core::SplitMix64;
 use tf_kernels::canon;
-use tf_kernels::deltanet::{delta_rule, gates, l2_normalize, short_conv, DeltaShape};
+use tf_kernels::deltanet::{delta_rule, random_inputs, short_conv, DeltaInputs, DeltaShape};
 use tf_kernels::ThreadPool;
 
 const SHAPE: DeltaShape = DeltaShape {
@@ -16,40 +16,10 @@ const SHAPE: DeltaShape = DeltaShape {
     dv: 24,
 };
 
-struct Inputs {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    g: Vec<f32>,
-    beta: Vec<f32>,
-}
+type Inputs = DeltaInputs;
 
-/// `tokens` tokens of random inputs as the layer makes them: unit-length keys and queries (the
-/// queries scaled by 1/sqrt(dk)), gates from random projections.
 fn inputs(seed: u64, tokens: usize) -> Inputs {
-    let s = SHAPE;
-    let mut r = SplitMix64::new(seed);
-    let mut rand = |n: usize| -> Vec<f32> { (0..n).map(|_| r.next_f32_signed()).collect() };
-    let mut q = rand(tokens * s.k_heads * s.dk);
-    let mut k = rand(tokens * s.k_heads * s.dk);
-    let v = rand(tokens * s.v_heads * s.dv);
-    for x in q.chunks_mut(s.dk).chain(k.chunks_mut(s.dk)) {
-        l2_normalize(x, 1e-6);
-    }
-    let scale = 1.0 / (s.dk as f32).sqrt();
-    for x in q.iter_mut() {
-        *x *= scale;
-    }
-    let a_log: Vec<f32> = (0..s.v_heads).map(|h| (0.5 + h as f32).ln()).collect();
-    let dt_bias = vec![1.0; s.v_heads];
-    let (a, b) = (rand(tokens * s.v_heads), rand(tokens * s.v_heads));
-    let (mut g, mut beta) = (vec![0.0; a.len()], vec![0.0; a.len()]);
-    for t in 0..tokens {
-        let at = t * s.v_heads..(t + 1) * s.v_heads;
-        let (gt, bt) = (&mut g[at.clone()], &mut beta[at.clone()]);
-        gates(&a_log, &dt_bias, &a[at.clone()], &b[at], gt, bt);
-    }
-    Inputs { q, k, v, g, beta }
+    random_inputs(&SHAPE, tokens, seed)
 }
 
 /// The delta rule as its definition reads, element by element (value index outer).

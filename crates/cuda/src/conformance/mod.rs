@@ -5,6 +5,7 @@
 
 mod argmax;
 mod attn;
+mod deltanet;
 mod fused;
 mod gemv;
 pub mod model;

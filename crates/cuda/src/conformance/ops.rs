@@ -454,6 +454,7 @@ pub fn run(args: &super::Options) -> Result<()> {
     super::fused::run(&gpu, level, &args.rows, args.seed, &mut table)?;
     super::argmax::run(&gpu, &args.rows, args.seed, &mut table)?;
     super::gemv::run(&gpu, level, &pool, args.seed, &mut table)?;
+    super::deltanet::run(&gpu, &pool, args.seed, &mut table)?;
     super::attn::run(&mut gpu, level, &pool, args.seed, &mut table)?;
     // The attention kernels once more as compiled for a bf16 KV cache.
     let mut gpu16 = Gpu::open(args.gpu, Some(cache), tf_kernels::kv::KvFormat::Bf16)?;
