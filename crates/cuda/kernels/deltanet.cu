@@ -13,6 +13,7 @@ extern "C" __global__ void delta_rule(const float* __restrict__ q,
                                       const float* __restrict__ beta,
                                       float* __restrict__ state, float* __restrict__ out,
                                       int tokens, int k_heads, int v_heads, int dk, int dv) {
+    pdl_enter();
     const int h = blockIdx.x;
     const int j = threadIdx.x;
     if (h >= v_heads || j >= dv) return;
