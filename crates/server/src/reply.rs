@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
 
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::generate::{Generation, Outcome, Step};
 
 /// What one API writes for a reply.
@@ -28,6 +28,16 @@ pub trait ReplyFormat: Send + 'static {
     fn end(&mut self, outcome: Outcome) -> Vec<Value>;
     /// The whole reply once ended (the non-streamed answer), or the error it failed with.
     fn body(&mut self) -> ApiResult<Value>;
+}
+
+/// [`ReplyFormat::body`] for a format that keeps its finished reply, or the message of the
+/// error its request ended with, as `result`.
+pub fn ended(result: Option<Result<Value, String>>) -> ApiResult<Value> {
+    match result {
+        Some(Ok(body)) => Ok(body),
+        Some(Err(message)) => Err(ApiError::internal(message)),
+        None => Err(ApiError::internal("the request ended without a reply")),
+    }
 }
 
 /// A generation and the format its reply is written in.

@@ -346,10 +346,6 @@ impl ReplyFormat for CompletionFormat {
     }
 
     fn body(&mut self) -> ApiResult<Value> {
-        match self.result.take() {
-            Some(Ok(body)) => Ok(body),
-            Some(Err(message)) => Err(ApiError::internal(message)),
-            None => Err(ApiError::internal("the request ended without a reply")),
-        }
+        crate::reply::ended(self.result.take())
     }
 }

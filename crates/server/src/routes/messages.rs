@@ -479,11 +479,7 @@ impl ReplyFormat for MessagesFormat {
     }
 
     fn body(&mut self) -> ApiResult<Value> {
-        match self.result.take() {
-            Some(Ok(message)) => Ok(message),
-            Some(Err(message)) => Err(ApiError::internal(message)),
-            None => Err(ApiError::internal("the request ended without a reply")),
-        }
+        crate::reply::ended(self.result.take())
     }
 }
 
