@@ -75,6 +75,8 @@ impl Bench {
                 .map(|p| Row {
                     token: self.ids[p],
                     pos: p,
+                    seq: 0,
+                    keep: true,
                     table: &self.table,
                     logits: p + 1 == to,
                     tree: None,
@@ -99,6 +101,8 @@ impl Bench {
             let row = Row {
                 token: ids[0],
                 pos,
+                seq: 0,
+                keep: true,
                 table: &self.table,
                 logits: true,
                 tree: None,
@@ -142,6 +146,10 @@ impl Bench {
             .map(|p| Row {
                 token: self.ids[p % self.ids.len()],
                 pos: p,
+                seq: 0,
+                // Guesses after the committed context: repeatable, and a recurrent model runs
+                // them from a copy of its state, as a verify round does.
+                keep: false,
                 table: &self.table,
                 logits: true,
                 tree: None,

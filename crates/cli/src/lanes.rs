@@ -61,6 +61,13 @@ pub fn build(
         let dm = backend
             .draft_weights(Arc::new(dm), global)
             .with_context(|| format!("cannot requantize draft model {}", dpath.display()))?;
+        if !dm.plan.recurrent().is_empty() {
+            bail!(
+                "draft model {} has recurrent (Gated DeltaNet) layers, which a draft model \
+                 cannot have yet: use a transformer draft model, or --draft none",
+                dpath.display()
+            );
+        }
         if dm.config.vocab != target.config.vocab {
             bail!(
                 "draft model {} has a vocabulary of {} tokens, the target {}: they must share a tokenizer",

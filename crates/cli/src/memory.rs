@@ -69,7 +69,18 @@ impl MemoryPlan {
 }
 
 fn kv_per_position(m: &Model, kv: KvFormat) -> u64 {
-    KvCache::bytes_per_position(m.config.n_layers, m.config.kv_dim(), kv) as u64
+    KvCache::bytes_per_position(m.plan.kv_layers(), m.config.kv_dim(), kv) as u64
+}
+
+/// A model with recurrent layers: the states of as many running sequences as a server runs at
+/// most (each a committed and a working copy), and the prefix cache's state snapshots.
+fn recurrent_bytes(m: &Model) -> u64 {
+    let Some(cache) = m.state_cache(usize::MAX) else {
+        return 0;
+    };
+    let per = cache.bytes_per_seq() as u64;
+    let snaps = tf_models::model::SNAPSHOT_BYTES.max(4 * cache.state_len() * 4) as u64;
+    AUTO_PARALLEL_MAX as u64 * per + snaps
 }
 
 /// Buffers of one step of `rows` rows: activations, and logits when every row wants them. A
@@ -102,8 +113,10 @@ pub fn plan(
 ) -> Result<MemoryPlan> {
     let weights = target.resident_weight_bytes() as u64
         + draft.map_or(0, |d| d.resident_weight_bytes() as u64);
-    let buffers =
-        FIXED_OVERHEAD + buffers(target, step_rows) + draft.map_or(0, |d| buffers(d, step_rows));
+    let buffers = FIXED_OVERHEAD
+        + buffers(target, step_rows)
+        + draft.map_or(0, |d| buffers(d, step_rows))
+        + recurrent_bytes(target);
     let kv_per_position = kv_per_position(target, kv) + draft.map_or(0, |d| kv_per_position(d, kv));
     let fixed = weights + buffers;
     // The smallest useful server: one request of 256 positions.

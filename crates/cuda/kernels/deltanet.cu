@@ -12,12 +12,14 @@ extern "C" __global__ void delta_rule(const float* __restrict__ q,
                                       const float* __restrict__ g,
                                       const float* __restrict__ beta,
                                       float* __restrict__ state, float* __restrict__ out,
-                                      int tokens, int k_heads, int v_heads, int dk, int dv) {
+                                      int tokens, int k_heads, int v_heads, int dk, int dv,
+                                      int tiled) {
     pdl_enter();
     const int h = blockIdx.x;
     const int j = threadIdx.x;
     if (h >= v_heads || j >= dv) return;
-    const int kh = h / (v_heads / k_heads);
+    // Tiled: value head h reads key head h % k_heads; grouped: h / (v_heads / k_heads).
+    const int kh = tiled ? h % k_heads : h / (v_heads / k_heads);
     const int kw = k_heads * dk, vw = v_heads * dv;
     float* s = state + (size_t)h * dk * dv + j;
     for (int t = 0; t < tokens; t++) {

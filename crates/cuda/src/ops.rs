@@ -649,7 +649,7 @@ impl Gpu {
             block_dim: (dv as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let dims = [tokens, hk, hv, dk, dv].map(|x| x as i32);
+        let dims = [tokens, hk, hv, dk, dv, usize::from(shape.tiled)].map(|x| x as i32);
         let mut l = self.launcher(&f);
         l.arg(q).arg(k).arg(v).arg(g).arg(beta).arg(state).arg(out);
         for d in &dims {

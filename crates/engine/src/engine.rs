@@ -317,10 +317,19 @@ impl Engine {
                 false => (s.tokens.len() - 1) / BLOCK_SIZE,
             };
             let hashes = chain_hashes(&self.salt, &[], &s.tokens, reusable);
-            let cached = self.blocks.lookup(&hashes);
+            let mut cached = self.blocks.lookup(&hashes);
+            // A recurrent model resumes only where it kept its state.
+            let resumable = (0..=cached.len())
+                .rev()
+                .find(|&n| n == 0 || self.runner.resumable(cached[n - 1]))
+                .unwrap_or(0);
+            let cut = resumable < cached.len();
+            for mut b in cached.drain(resumable..).rev().collect::<Vec<_>>() {
+                self.blocks.release_one(&mut b);
+            }
             let in_ram = cached.len();
             // The disk tier may continue the chain where RAM stops.
-            let mut on_disk = self.spill.as_ref().map_or(0, |st| {
+            let mut on_disk = self.spill.as_ref().filter(|_| !cut).map_or(0, |st| {
                 hashes[in_ram..]
                     .iter()
                     .take_while(|h| st.contains(h))
@@ -354,7 +363,11 @@ impl Engine {
                 break;
             }
             let range = in_ram..in_ram + on_disk;
-            let hit = in_ram + self.load_spilled(&s.table[range.clone()], &hashes[range]);
+            let mut hit = in_ram + self.load_spilled(&s.table[range.clone()], &hashes[range]);
+            while hit > in_ram && !self.runner.resumable(s.table[hit - 1]) {
+                // Loaded without a state: prefilled again (the same bits) from the last kept one.
+                hit -= 1;
+            }
             s.hashes = hashes[..hit].to_vec();
             s.kv_len = hit * BLOCK_SIZE;
             if s.first_token.is_none() {
@@ -719,6 +732,8 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
                 rows.push(Row {
                     token: s.tokens[pos],
                     pos,
+                    seq: s.id,
+                    keep: true,
                     table: &s.table,
                     logits: p.window && pos == last || prompt_rows.contains(&pos),
                     tree: None,
@@ -728,6 +743,8 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
                 rows.push(Row {
                     token: s.tokens[last],
                     pos: last,
+                    seq: s.id,
+                    keep: true,
                     table: &s.table,
                     logits: true,
                     tree: None,
@@ -736,6 +753,8 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
                     rows.push(Row {
                         token: *d,
                         pos: last + 1 + j,
+                        seq: s.id,
+                        keep: false,
                         table: &s.table,
                         logits: true,
                         tree: None,
@@ -746,6 +765,8 @@ fn build_rows<'a>(running: &'a [Seq], plans: &'a [Plan]) -> Vec<Row<'a>> {
                         rows.push(Row {
                             token: *d,
                             pos: last + 1 + j,
+                            seq: s.id,
+                            keep: false,
                             table: &s.table,
                             logits: true,
                             tree: Some(TreeRow {
@@ -774,6 +795,7 @@ impl Engine {
                 self.times.report();
                 let _ = s.events.send(Event::Done(s.receipt()));
                 self.blocks.release(&mut s.table);
+                self.runner.release(s.id);
                 self.spill_evicted();
                 for m in &mut self.models {
                     m.release(s.id);

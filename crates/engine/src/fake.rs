@@ -56,7 +56,7 @@ impl Runner for FakeRunner {
     fn context_len(&self) -> usize {
         1 << 20
     }
-    fn copy_slots(&mut self, table: &[u32], moves: &[(usize, usize)]) {
+    fn copy_slots(&mut self, _seq: u64, table: &[u32], moves: &[(usize, usize)]) {
         for &(from, to) in moves {
             self.kv[Self::slot_index(table, to)] = self.kv[Self::slot_index(table, from)];
         }

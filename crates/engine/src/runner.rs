@@ -5,9 +5,10 @@ use crate::blocks::BlockHash;
 use crate::error::EngineError;
 use crate::sampler::greedy_token;
 use std::sync::Arc;
+use tf_core::SeqId;
 use tf_kernels::kv::{KvCache, KvFormat};
 use tf_kernels::ThreadPool;
-use tf_models::Model;
+use tf_models::{Model, StateCache};
 pub use tf_models::{Row, TreeRow};
 
 pub trait Runner: Send {
@@ -74,9 +75,21 @@ pub trait Runner: Send {
     ) -> Result<bool, EngineError> {
         Ok(false)
     }
-    /// Copies KV slot `from` to slot `to` of the sequence with block table `table`, for each
+    /// Copies KV slot `from` to slot `to` of sequence `seq` with block table `table`, for each
     /// pair in order (accepted tree-draft rows moving to their positions).
-    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]);
+    fn copy_slots(&mut self, seq: SeqId, table: &[tf_core::BlockId], moves: &[(usize, usize)]);
+    /// Forgets what the runner keeps for sequence `seq` besides its KV blocks (a recurrent
+    /// model's state): the sequence finished, or waits to start again.
+    fn release(&mut self, _seq: SeqId) {}
+    /// Whether a sequence can resume right after block `b` (a recurrent model needs the state
+    /// it kept there; the KV alone is enough otherwise).
+    fn resumable(&self, _b: tf_core::BlockId) -> bool {
+        true
+    }
+    /// Whether the runner keeps a state per sequence (recurrent layers).
+    fn recurrent(&self) -> bool {
+        false
+    }
     /// What the keys and values of a token prefix depend on besides the tokens (model, kernels):
     /// the prefix cache only reuses blocks written under the same salt.
     fn cache_salt(&self) -> BlockHash {
@@ -143,6 +156,8 @@ pub fn fingerprint_path(path: &std::path::Path, h: &mut sha2::Sha256) {
 pub struct ModelRunner {
     model: Arc<Model>,
     kv: KvCache,
+    /// Recurrent layers' states, for a model that has them.
+    states: Option<StateCache>,
     pool: Arc<ThreadPool>,
     context_len: usize,
     /// Output-head columns computed (`None`: all); see [`ModelRunner::with_head`].
@@ -171,8 +186,9 @@ impl ModelRunner {
         format: KvFormat,
     ) -> Self {
         let blocks = kv_positions.div_ceil(tf_kernels::kv::BLOCK_SIZE);
+        let states = model.state_cache(blocks);
         let kv = KvCache::new(
-            model.config.n_layers,
+            model.plan.kv_layers(),
             model.config.n_kv_heads,
             model.config.head_dim,
             blocks,
@@ -183,6 +199,7 @@ impl ModelRunner {
         ModelRunner {
             model,
             kv,
+            states,
             pool,
             context_len,
             head: None,
@@ -220,23 +237,61 @@ impl Runner for ModelRunner {
     }
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
         let head = self.head.as_deref();
+        let states = self.states.as_mut();
         Ok(self
             .model
-            .forward_head(&self.pool, rows, &mut self.kv, head)?)
+            .forward_states(&self.pool, rows, &mut self.kv, states, head)?)
     }
-    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
+    fn copy_slots(&mut self, seq: SeqId, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
         for &(from, to) in moves {
             self.kv.copy_slot(table, from, to);
         }
+        if let Some(st) = &mut self.states {
+            st.move_slots(seq, moves);
+        }
     }
+    fn release(&mut self, seq: SeqId) {
+        if let Some(st) = &mut self.states {
+            st.release(seq);
+        }
+    }
+    fn resumable(&self, b: tf_core::BlockId) -> bool {
+        self.states.as_ref().is_none_or(|st| st.has_snapshot(b))
+    }
+    fn recurrent(&self) -> bool {
+        self.states.is_some()
+    }
+    /// The block's keys and values, then (a recurrent model's) its state snapshot, if kept.
     fn block_data(&self, b: tf_core::BlockId) -> Option<Vec<u8>> {
-        ((b as usize) < self.kv.blocks).then(|| self.kv.read_block(b))
+        if (b as usize) >= self.kv.blocks {
+            return None;
+        }
+        let mut data = self.kv.read_block(b);
+        if let Some(snap) = self.states.as_ref().and_then(|st| st.snapshot(b)) {
+            data.extend(snap.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        Some(data)
     }
     fn load_block(&mut self, b: tf_core::BlockId, data: &[u8]) -> bool {
-        if (b as usize) >= self.kv.blocks || data.len() != self.kv.block_bytes() {
+        let kv = self.kv.block_bytes();
+        if (b as usize) >= self.kv.blocks || data.len() < kv {
             return false;
         }
-        self.kv.write_block(b, data);
+        let snap = &data[kv..];
+        match &mut self.states {
+            None if !snap.is_empty() => return false,
+            None => {}
+            Some(st) if snap.is_empty() => st.drop_snapshot(b),
+            Some(st) => {
+                let floats: Vec<f32> = (snap.chunks_exact(4))
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                if !snap.len().is_multiple_of(4) || !st.put_snapshot(b, &floats) {
+                    return false;
+                }
+            }
+        }
+        self.kv.write_block(b, &data[..kv]);
         true
     }
     fn cache_salt(&self) -> BlockHash {

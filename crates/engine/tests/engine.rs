@@ -404,8 +404,8 @@ impl Runner for Counting {
     fn context_len(&self) -> usize {
         self.inner.context_len()
     }
-    fn copy_slots(&mut self, table: &[u32], moves: &[(usize, usize)]) {
-        self.inner.copy_slots(table, moves)
+    fn copy_slots(&mut self, seq: u64, table: &[u32], moves: &[(usize, usize)]) {
+        self.inner.copy_slots(seq, table, moves)
     }
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
         let wanted = rows.iter().filter(|r| r.logits).count();

@@ -46,6 +46,8 @@ fn direct_logits(model: &Arc<Model>, tokens: &[TokenId]) -> Vec<f32> {
         .map(|(pos, &token)| Row {
             token,
             pos,
+            seq: 0,
+            keep: true,
             table: &table,
             logits: true,
             tree: None,

@@ -31,6 +31,9 @@ pub struct DeltaShape {
     pub dk: usize,
     /// Value head width.
     pub dv: usize,
+    /// Value head `h` reads key head `h % k_heads` (GGUF converters' order); otherwise
+    /// `h / (v_heads / k_heads)` (transformers': consecutive value heads share a key head).
+    pub tiled: bool,
 }
 
 impl DeltaShape {
@@ -41,7 +44,11 @@ impl DeltaShape {
 
     /// The key head value head `h` reads.
     pub fn k_head(&self, h: usize) -> usize {
-        h / (self.v_heads / self.k_heads)
+        if self.tiled {
+            h % self.k_heads
+        } else {
+            h / (self.v_heads / self.k_heads)
+        }
     }
 
     fn check(&self) {
@@ -65,8 +72,22 @@ pub fn gates(
     g: &mut [f32],
     beta: &mut [f32],
 ) {
-    for h in 0..a_log.len() {
-        g[h] = -canon::exp(a_log[h]) * canon::softplus(a[h] + dt_bias[h]);
+    let rate: Vec<f32> = a_log.iter().map(|&v| -canon::exp(v)).collect();
+    gates_at_rate(&rate, dt_bias, a, b, g, beta);
+}
+
+/// [`gates`] with each head's decay rate `-exp(A_log)` given (as GGUF files store it):
+/// `g = rate * softplus(a + dt_bias)`, `beta = sigmoid(b)`.
+pub fn gates_at_rate(
+    rate: &[f32],
+    dt_bias: &[f32],
+    a: &[f32],
+    b: &[f32],
+    g: &mut [f32],
+    beta: &mut [f32],
+) {
+    for h in 0..rate.len() {
+        g[h] = rate[h] * canon::softplus(a[h] + dt_bias[h]);
         beta[h] = canon::sigmoid(b[h]);
     }
 }

@@ -14,6 +14,13 @@ const SHAPE: DeltaShape = DeltaShape {
     v_heads: 4,
     dk: 16,
     dv: 24,
+    tiled: false,
+};
+
+/// The same heads in GGUF's order (value head h reads key head h % 2).
+const TILED: DeltaShape = DeltaShape {
+    tiled: true,
+    ..SHAPE
 };
 
 type Inputs = DeltaInputs;
@@ -24,13 +31,19 @@ fn inputs(seed: u64, tokens: usize) -> Inputs {
 
 /// The delta rule as its definition reads, element by element (value index outer).
 fn reference(x: &Inputs, state: &mut [f32]) -> Vec<f32> {
-    let s = SHAPE;
+    reference_of(&SHAPE, x, state)
+}
+
+fn reference_of(s: &DeltaShape, x: &Inputs, state: &mut [f32]) -> Vec<f32> {
     let (kw, vw) = (s.k_heads * s.dk, s.v_heads * s.dv);
     let tokens = x.g.len() / s.v_heads;
     let mut out = vec![0.0; tokens * vw];
     for t in 0..tokens {
         for h in 0..s.v_heads {
-            let kh = h / (s.v_heads / s.k_heads);
+            let kh = match s.tiled {
+                true => h % s.k_heads,
+                false => h / (s.v_heads / s.k_heads),
+            };
             let st = &mut state[h * s.dk * s.dv..(h + 1) * s.dk * s.dv];
             let decay = canon::exp(x.g[t * s.v_heads + h]);
             for e in st.iter_mut() {
@@ -66,7 +79,10 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 /// Runs `x` in calls of the given sizes (state carried between them) on `threads` threads.
 fn chunked(x: &Inputs, sizes: &[usize], threads: usize) -> (Vec<f32>, Vec<f32>) {
-    let s = SHAPE;
+    chunked_of(&SHAPE, x, sizes, threads)
+}
+
+fn chunked_of(s: &DeltaShape, x: &Inputs, sizes: &[usize], threads: usize) -> (Vec<f32>, Vec<f32>) {
     let pool = ThreadPool::new(threads);
     let (kw, vw, hv) = (s.k_heads * s.dk, s.v_heads * s.dv, s.v_heads);
     let mut state = vec![0.0; s.state_len()];
@@ -76,7 +92,7 @@ fn chunked(x: &Inputs, sizes: &[usize], threads: usize) -> (Vec<f32>, Vec<f32>) 
         let mut o = vec![0.0; n * vw];
         delta_rule(
             &pool,
-            &s,
+            s,
             &x.q[t0 * kw..(t0 + n) * kw],
             &x.k[t0 * kw..(t0 + n) * kw],
             &x.v[t0 * vw..(t0 + n) * vw],
@@ -112,6 +128,18 @@ fn the_delta_rule_equals_its_reference_in_any_chunking_and_thread_count() {
         );
         assert_eq!(bits(&state), bits(&ref_state), "state, chunks {sizes:?}");
     }
+}
+
+#[test]
+fn tiled_value_heads_read_their_key_head_and_differ_from_grouped() {
+    let x = random_inputs(&TILED, 9, 5);
+    let mut state = vec![0.0; TILED.state_len()];
+    let want = reference_of(&TILED, &x, &mut state);
+    let (out, got_state) = chunked_of(&TILED, &x, &[4, 5], 2);
+    assert_eq!(bits(&out), bits(&want));
+    assert_eq!(bits(&got_state), bits(&state));
+    let (grouped, _) = chunked_of(&SHAPE, &x, &[9], 1);
+    assert_ne!(bits(&grouped), bits(&out), "the head map must matter");
 }
 
 /// The chunked form transformers prefills with (`torch_chunk_gated_delta_rule`), in f64, for one

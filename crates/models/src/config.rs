@@ -129,6 +129,42 @@ pub struct MoeConfig {
     pub gating: registry::Gating,
     /// A bias on the router's scores and on each expert's gate, up and down outputs (gpt-oss).
     pub biases: bool,
+    /// Width of a shared expert that every token runs beside its routed ones, its output times
+    /// `sigmoid(x · gate)` (Qwen3-Next); `None`: no shared expert.
+    pub shared_ffn: Option<usize>,
+}
+
+/// Gated DeltaNet layers (Qwen3-Next, Qwen3.5): linear attention with a recurrent state, mixed
+/// with a few full-attention layers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltaConfig {
+    pub k_heads: usize,
+    pub v_heads: usize,
+    /// Key (and query) head width.
+    pub dk: usize,
+    /// Value head width.
+    pub dv: usize,
+    /// Taps of the short causal convolution.
+    pub conv_kernel: usize,
+    /// Value head `h` reads key head `h % k_heads` (the order GGUF converters write) instead
+    /// of `h / (v_heads / k_heads)` (transformers').
+    pub tiled: bool,
+    /// Which layers are full attention (the others are Gated DeltaNet).
+    pub attention: Vec<bool>,
+}
+
+impl DeltaConfig {
+    /// Channels of the convolution: q, k and v.
+    pub fn channels(&self) -> usize {
+        2 * self.k_heads * self.dk + self.v_heads * self.dv
+    }
+
+    /// Layer types from a full-attention interval: every `n`-th layer attends.
+    pub fn every(n: usize, layers: usize) -> Vec<bool> {
+        (0..layers)
+            .map(|l| (l + 1).is_multiple_of(n.max(1)))
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -163,6 +199,8 @@ pub struct ModelConfig {
     pub final_softcap: Option<f32>,
     /// Every layer's feed-forward is a mixture of experts (`ffn_dim` then is unused).
     pub moe: Option<MoeConfig>,
+    /// Gated DeltaNet layers among the attention layers.
+    pub delta: Option<DeltaConfig>,
 }
 
 impl ModelConfig {
@@ -290,6 +328,24 @@ impl ModelConfig {
                     },
                     gating: family.gating,
                     biases: family.gpt_oss_biases,
+                    shared_ffn: match u_or("expert_shared_feed_forward_length", 0)? {
+                        0 => None,
+                        w => Some(w),
+                    },
+                }),
+            },
+            delta: match family.delta_net {
+                false => None,
+                true => Some(DeltaConfig {
+                    k_heads: u("ssm.group_count")?,
+                    v_heads: u("ssm.time_step_rank")?,
+                    dk: u("ssm.state_size")?,
+                    dv: u("ssm.inner_size")? / u("ssm.time_step_rank")?.max(1),
+                    conv_kernel: u("ssm.conv_kernel")?,
+                    // qwen35 converters reorder value heads into tiled order; qwen3next's
+                    // keep transformers' grouped one.
+                    tiled: family.name == "qwen35",
+                    attention: DeltaConfig::every(u("full_attention_interval")?, n_layers),
                 }),
             },
         };
@@ -417,6 +473,7 @@ impl ModelConfig {
             attn_softcap: f_opt("attn_logit_softcapping"),
             final_softcap: f_opt("final_logit_softcapping"),
             moe: hf_moe(config, family, src)?,
+            delta: hf_delta(config, family, n_layers, src)?,
         };
         cfg.validate(src)?;
         Ok(cfg)
@@ -467,6 +524,20 @@ impl ModelConfig {
             }
             Some(m) if m.expert_ffn == 0 => return bad("the experts' feed-forward width is 0"),
             _ => {}
+        }
+        if let Some(dn) = &self.delta {
+            if dn.attention.len() != self.n_layers {
+                return bad("layer_types does not list one type per layer");
+            }
+            if dn.k_heads == 0 || dn.v_heads == 0 || !dn.v_heads.is_multiple_of(dn.k_heads) {
+                return bad("linear-attention heads: value heads must be a multiple of key heads");
+            }
+            if !(1..=512).contains(&dn.dk) || !(1..=512).contains(&dn.dv) {
+                return bad("linear-attention head widths must be 1..=512");
+            }
+            if !(2..=16).contains(&dn.conv_kernel) {
+                return bad("the linear attention's convolution kernel must be 2..=16");
+            }
         }
         if let Some(layers) = &self.sliding_layers {
             if layers.len() != self.n_layers {
@@ -558,6 +629,47 @@ fn hf_moe(config: &Value, family: &Family, src: &str) -> Result<Option<MoeConfig
             .unwrap_or(family.norm_topk_default),
         gating: family.gating,
         biases: family.gpt_oss_biases,
+        shared_ffn: num("shared_expert_intermediate_size").filter(|&w| w > 0),
+    }))
+}
+
+/// The Gated DeltaNet layers of a Hugging Face config (`linear_*` keys), for a family that has
+/// them; the layer types from `layer_types` (`linear_attention` / `full_attention`), else from
+/// `full_attention_interval`.
+fn hf_delta(
+    config: &Value,
+    family: &Family,
+    layers: usize,
+    src: &str,
+) -> Result<Option<DeltaConfig>> {
+    if !family.delta_net {
+        return Ok(None);
+    }
+    let num = |k: &str| -> Result<usize> {
+        config
+            .get(k)
+            .and_then(Value::as_u64)
+            .map(|v| v as usize)
+            .ok_or_else(|| ModelError::Config {
+                source_path: src.to_string(),
+                what: format!("missing or non-integer '{k}'"),
+            })
+    };
+    let attention = match config.get("layer_types").and_then(Value::as_array) {
+        Some(types) => types
+            .iter()
+            .map(|t| t.as_str() == Some("full_attention"))
+            .collect(),
+        None => DeltaConfig::every(num("full_attention_interval")?, layers),
+    };
+    Ok(Some(DeltaConfig {
+        k_heads: num("linear_num_key_heads")?,
+        v_heads: num("linear_num_value_heads")?,
+        dk: num("linear_key_head_dim")?,
+        dv: num("linear_value_head_dim")?,
+        conv_kernel: num("linear_conv_kernel_dim")?,
+        tiled: false,
+        attention,
     }))
 }
 

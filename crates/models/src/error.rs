@@ -23,6 +23,13 @@ pub enum ModelError {
     InvalidToken { token: u32, vocab: usize },
     #[error("position {pos} is beyond the model's context of {context}")]
     PositionOutOfRange { pos: usize, context: usize },
+    #[error(
+        "sequence {seq}: no recurrent state for position {pos} (its earlier positions were \
+         neither run nor kept)"
+    )]
+    StateUnavailable { seq: u64, pos: usize },
+    #[error("the model has recurrent layers: run it with a state cache (Model::state_cache)")]
+    NoStateCache,
     #[error(transparent)]
     Weights(#[from] tf_weights::WeightsError),
 }

@@ -95,6 +95,26 @@ pub(crate) fn moe_ffn(
             &mut out[r * d..(r + 1) * d],
         );
     }
+    // The shared expert, every row's, added after the routed ones times its gate.
+    if let Some((sx, gate)) = &w.shared {
+        let sf = sx.gate.n;
+        let (mut g, mut u, mut a) = (vec![0f32; m * sf], vec![0f32; m * sf], vec![0f32; m * sf]);
+        let p = |i: usize| panels.get(1 + 3 * e + i);
+        matmul(pool, &with_panel(&sx.gate, p(0)), &hx, &mut g);
+        matmul(pool, &with_panel(&sx.up, p(1)), &hx, &mut u);
+        act.apply(level, &g, &u, &mut a);
+        let mut y = vec![0f32; m * d];
+        let aa = Activations::new(level, &a, m, sf);
+        matmul(pool, &with_panel(&sx.down, p(2)), &aa, &mut y);
+        for r in 0..m {
+            let hr = &h[r * d..(r + 1) * d];
+            let s = tf_kernels::canon::sigmoid(tf_kernels::canon::dot_ref(hr, gate));
+            let or = &mut out[r * d..(r + 1) * d];
+            for (o, yv) in or.iter_mut().zip(&y[r * d..(r + 1) * d]) {
+                *o += s * yv;
+            }
+        }
+    }
 }
 
 /// `bias` added to every row of `x`.

@@ -11,19 +11,23 @@
 //! implementation per family, whatever the tensor types.
 
 pub mod config;
+mod delta_layer;
+mod delta_weights;
 pub mod error;
 mod experts;
 pub mod families;
 pub mod model;
 pub mod plan;
+mod recurrent;
 pub mod registry;
 mod requant;
 pub mod synth;
 mod transformer;
 pub mod weights;
 
-pub use config::{ModelConfig, MoeConfig};
+pub use config::{DeltaConfig, ModelConfig, MoeConfig};
 pub use error::{ModelError, Result};
 pub use model::{Model, Row, TreeRow};
-pub use plan::{walk, Feature, LayerOps, LayerPlan, Plan, RopeSpec};
+pub use plan::{walk, DeltaMixer, Feature, LayerOps, LayerPlan, Mixer, Plan, RopeSpec};
+pub use recurrent::{LayerPart, LayerSize, StateCache};
 pub use registry::{Family, Mlp, FAMILIES};

@@ -6,7 +6,7 @@ use crate::plan::Plan;
 use crate::weights::{bind, Arena, Naming, Panels, Weights};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-use tf_core::{BlockId, DType, TokenId};
+use tf_core::{BlockId, DType, SeqId, TokenId};
 use tf_kernels::ops::RopeTable;
 use tf_kernels::SimdLevel;
 use tf_weights::{GgufFile, SafetensorsModel, TensorSource};
@@ -16,6 +16,11 @@ use tf_weights::{GgufFile, SafetensorsModel, TensorSource};
 pub struct Row<'a> {
     pub token: TokenId,
     pub pos: usize,
+    /// The sequence the row belongs to (recurrent layers keep a state per sequence).
+    pub seq: SeqId,
+    /// The row's token is committed, and so is every earlier position of the sequence:
+    /// recurrent layers advance the sequence's kept state over it. A guess leaves it alone.
+    pub keep: bool,
     /// The sequence's KV block table (must cover `pos`).
     pub table: &'a [BlockId],
     /// Whether this row's logits are wanted.
@@ -61,6 +66,9 @@ pub struct Model {
     source: Source,
     path: PathBuf,
 }
+
+/// Bytes of recurrent-state snapshots a model keeps for the prefix cache at most.
+pub const SNAPSHOT_BYTES: usize = 512 << 20;
 
 /// Positions covered by the precomputed RoPE table (beyond it, the same values are computed on
 /// the fly).
@@ -295,6 +303,29 @@ impl Model {
             }
         }
         counts.into_iter().collect()
+    }
+
+    /// The state cache a model with recurrent layers needs beside a KV cache of `kv_blocks`
+    /// blocks (`None` for a model without them): snapshots for at most that many blocks, and
+    /// at most [`SNAPSHOT_BYTES`] of them.
+    pub fn state_cache(&self, kv_blocks: usize) -> Option<crate::StateCache> {
+        let layers = self.plan.recurrent();
+        if layers.is_empty() {
+            return None;
+        }
+        let sizes: Vec<crate::LayerSize> = layers
+            .iter()
+            .map(|d| crate::LayerSize {
+                channels: 2 * d.shape.k_heads * d.shape.dk + d.shape.v_heads * d.shape.dv,
+                kernel: d.kernel,
+                delta: d.shape.state_len(),
+                v_heads: d.shape.v_heads,
+            })
+            .collect();
+        let cache = crate::StateCache::new(&sizes, 0);
+        let per = cache.state_len() * 4;
+        let snaps = (SNAPSHOT_BYTES / per.max(1)).clamp(4, kv_blocks.max(4));
+        Some(crate::StateCache::new(&sizes, snaps))
     }
 
     /// Checks a row against the vocabulary and its block table's room (what `forward` checks).

@@ -7,7 +7,27 @@
 
 use crate::config::{ModelConfig, MoeConfig};
 use crate::registry::Mlp;
+use tf_kernels::deltanet::DeltaShape;
 use tf_kernels::ops::{RopeStyle, RopeTable};
+
+/// What mixes a layer's positions: attention over the KV cache, or a recurrent layer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mixer {
+    /// Attention; its keys and values are layer `kv` of the KV cache.
+    Attention { kv: usize },
+    /// Gated DeltaNet; its state is recurrent layer `state` of the state cache.
+    DeltaNet(DeltaMixer),
+}
+
+/// A Gated DeltaNet layer's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltaMixer {
+    pub shape: DeltaShape,
+    /// Taps of the short convolution.
+    pub kernel: usize,
+    /// Index among the model's recurrent layers.
+    pub state: usize,
+}
 
 /// One rotary embedding of the model (global layers, and the sliding layers where they differ).
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +51,9 @@ impl RopeSpec {
 /// One decoder layer: attention, then the MLP, each as `x + post_norm(f(norm(x)))`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerPlan {
+    pub mixer: Mixer,
+    /// Each head's query comes with a gate; the attention output is times `sigmoid(gate)`.
+    pub attn_gate: bool,
     /// Keys visible to a row (its own position included); `None` = every earlier key.
     pub window: Option<usize>,
     /// Index into [`Plan::ropes`].
@@ -89,10 +112,33 @@ impl Plan {
                 mscale: 1.0,
             });
         }
+        let (mut kv, mut state) = (0, 0);
         let layers = (0..cfg.n_layers)
             .map(|l| {
                 let slide = cfg.layer_slides(l);
+                let mixer = match &cfg.delta {
+                    Some(d) if !d.attention[l] => {
+                        state += 1;
+                        Mixer::DeltaNet(DeltaMixer {
+                            shape: DeltaShape {
+                                k_heads: d.k_heads,
+                                v_heads: d.v_heads,
+                                dk: d.dk,
+                                dv: d.dv,
+                                tiled: d.tiled,
+                            },
+                            kernel: d.conv_kernel,
+                            state: state - 1,
+                        })
+                    }
+                    _ => {
+                        kv += 1;
+                        Mixer::Attention { kv: kv - 1 }
+                    }
+                };
                 LayerPlan {
+                    mixer,
+                    attn_gate: fam.gated_attention,
                     window: if slide { cfg.sliding_window } else { None },
                     rope: if slide { ropes.len() - 1 } else { 0 },
                     attn_scale: cfg.attn_scale,
@@ -133,10 +179,30 @@ impl Plan {
                 rope_of(l)
             ));
         }
-        let global = self.layers.iter().find(|l| l.window.is_none());
+        let recurrent = self.recurrent();
+        if let Some(d) = recurrent.first() {
+            let s = d.shape;
+            parts.push(format!(
+                "{} Gated DeltaNet ({}/{} key/value heads of {}/{}, conv {})",
+                recurrent.len(),
+                s.k_heads,
+                s.v_heads,
+                s.dk,
+                s.dv,
+                d.kernel
+            ));
+        }
+        let attending = |l: &&LayerPlan| matches!(l.mixer, Mixer::Attention { .. });
+        let global = (self.layers.iter().filter(attending)).find(|l| l.window.is_none());
         if let Some(l) = global {
-            let n = self.layers.len() - sliding.len();
-            parts.push(format!("{n} global ({})", rope_of(l)));
+            let n = self.kv_layers() - sliding.len();
+            let gated = if l.attn_gate { "gated, " } else { "" };
+            let r = &self.ropes[l.rope];
+            parts.push(format!(
+                "{n} global ({gated}{}, {} rotary dims)",
+                rope_of(l),
+                r.dim
+            ));
         }
         if let Some(l) = self.layers.first() {
             match &l.moe {
@@ -168,6 +234,24 @@ impl Plan {
             parts.push(format!("logit soft-cap {c}"));
         }
         parts.join("; ")
+    }
+
+    /// Layers with keys and values in the KV cache.
+    pub fn kv_layers(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| matches!(l.mixer, Mixer::Attention { .. }))
+            .count()
+    }
+
+    /// The recurrent layers' shapes, in layer order.
+    pub fn recurrent(&self) -> Vec<&DeltaMixer> {
+        (self.layers.iter())
+            .filter_map(|l| match &l.mixer {
+                Mixer::DeltaNet(d) => Some(d),
+                Mixer::Attention { .. } => None,
+            })
+            .collect()
     }
 
     /// The widest sliding window, when every layer slides (then a sequence needs keys only that
@@ -212,6 +296,10 @@ impl Plan {
             add(l.qk_norm_full, Feature::FullQkNorm);
             add(l.post_norms, Feature::PostNorms);
             add(l.moe.is_some(), Feature::Moe);
+            add(matches!(l.mixer, Mixer::DeltaNet(_)), Feature::DeltaNet);
+            add(l.attn_gate, Feature::GatedAttention);
+            let shared = l.moe.as_ref().is_some_and(|m| m.shared_ffn.is_some());
+            add(shared, Feature::SharedExpert);
         }
         out
     }
@@ -240,6 +328,12 @@ pub enum Feature {
     AttentionSinks,
     /// q/k RMSNorm over the whole projection.
     FullQkNorm,
+    /// Gated DeltaNet layers (a recurrent state per sequence).
+    DeltaNet,
+    /// Attention output gated per head.
+    GatedAttention,
+    /// A gated shared expert beside the routed ones.
+    SharedExpert,
 }
 
 impl std::fmt::Display for Feature {
@@ -260,6 +354,9 @@ impl std::fmt::Display for Feature {
             Feature::OutputBias => "a bias on the attention output",
             Feature::AttentionSinks => "attention sinks",
             Feature::FullQkNorm => "q/k norms over the whole projection",
+            Feature::DeltaNet => "Gated DeltaNet (linear attention) layers",
+            Feature::GatedAttention => "gated attention",
+            Feature::SharedExpert => "a shared expert",
         })
     }
 }
@@ -280,6 +377,9 @@ pub trait LayerOps {
     fn attention(&mut self, layer: usize, lp: &LayerPlan) -> Result<(), Self::Error>;
     /// `x += post_norm(att · wo)`; `h = ffn_norm(x)`.
     fn attn_out(&mut self, layer: usize, lp: &LayerPlan) -> Result<(), Self::Error>;
+    /// A recurrent layer in place of `qkv`, `attention` and `attn_out`: `x += out(mix(h))`
+    /// with the sequence states advanced; `h = ffn_norm(x)`.
+    fn delta_net(&mut self, layer: usize, dn: &DeltaMixer) -> Result<(), Self::Error>;
     /// `x += post_norm(down(act(h · gate) * (h · up)))`, or for a mixture of experts the
     /// routed experts' outputs summed in rank order, each times its router weight; then `h` =
     /// the next layer's `attn_norm(x)` (nothing after the last layer).
@@ -292,9 +392,14 @@ pub fn walk<O: LayerOps>(plan: &Plan, ops: &mut O) -> Result<(), O::Error> {
     ops.embed(plan)?;
     let n = plan.layers.len();
     for (layer, lp) in plan.layers.iter().enumerate() {
-        ops.qkv(layer, lp)?;
-        ops.attention(layer, lp)?;
-        ops.attn_out(layer, lp)?;
+        match &lp.mixer {
+            Mixer::Attention { .. } => {
+                ops.qkv(layer, lp)?;
+                ops.attention(layer, lp)?;
+                ops.attn_out(layer, lp)?;
+            }
+            Mixer::DeltaNet(dn) => ops.delta_net(layer, dn)?,
+        }
         ops.mlp(layer, lp, layer + 1 == n)?;
     }
     Ok(())

@@ -112,6 +112,11 @@ pub struct Family {
     /// YaRN's correction range rounded to whole dimensions when the file does not say
     /// (`truncate`; llama.cpp always rounds, gpt-oss does not).
     pub yarn_truncate_default: bool,
+    /// Gated DeltaNet layers between the attention layers (Qwen3-Next, Qwen3.5).
+    pub delta_net: bool,
+    /// Gated attention: `q_proj` gives each head's query and then its gate, and the attention
+    /// output is multiplied by `sigmoid(gate)` before `o_proj` (Qwen3-Next, Qwen3.5).
+    pub gated_attention: bool,
 }
 
 impl Family {
@@ -146,6 +151,8 @@ impl Family {
         gguf_ffn_norm: "ffn_norm.weight",
         hf_fused_experts: false,
         yarn_truncate_default: true,
+        delta_net: false,
+        gated_attention: false,
     };
 }
 
@@ -159,6 +166,8 @@ pub static FAMILIES: &[&Family] = &[
     &families::gemma3::FAMILY,
     &families::gemma2::FAMILY,
     &families::phi3::FAMILY,
+    &families::qwen35::FAMILY,
+    &families::qwen3next::FAMILY,
 ];
 
 pub fn by_gguf_arch(arch: &str) -> Option<&'static Family> {

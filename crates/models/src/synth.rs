@@ -46,6 +46,22 @@ pub struct SynthSpec {
     pub expert_dtype: Option<DType>,
     /// YaRN scaling written as llama.cpp's converter does: (factor, original context).
     pub yarn: Option<(f32, usize)>,
+    /// Rotated dimensions of each head (`rope.dimension_count`; default: all).
+    pub rope_dim: Option<usize>,
+    /// Gated DeltaNet layers (families that have them, e.g. `qwen35`); default: none.
+    pub delta: Option<SynthDelta>,
+}
+
+/// The linear-attention shape of a synthetic hybrid model: every `interval`-th layer is full
+/// attention, the others Gated DeltaNet.
+#[derive(Clone, Copy, Debug)]
+pub struct SynthDelta {
+    pub k_heads: usize,
+    pub v_heads: usize,
+    pub dk: usize,
+    pub dv: usize,
+    pub kernel: usize,
+    pub interval: usize,
 }
 
 impl SynthSpec {
@@ -74,6 +90,8 @@ impl SynthSpec {
             experts: None,
             expert_dtype: None,
             yarn: None,
+            rope_dim: None,
+            delta: None,
         }
     }
 
@@ -220,6 +238,17 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
     if let Some(win) = spec.sliding_window {
         w.meta(&format!("{a}.attention.sliding_window"), u(win));
     }
+    if let Some(r) = spec.rope_dim {
+        w.meta(&format!("{a}.rope.dimension_count"), u(r));
+    }
+    if let Some(dn) = spec.delta {
+        w.meta(&format!("{a}.ssm.conv_kernel"), u(dn.kernel));
+        w.meta(&format!("{a}.ssm.state_size"), u(dn.dk));
+        w.meta(&format!("{a}.ssm.group_count"), u(dn.k_heads));
+        w.meta(&format!("{a}.ssm.time_step_rank"), u(dn.v_heads));
+        w.meta(&format!("{a}.ssm.inner_size"), u(dn.v_heads * dn.dv));
+        w.meta(&format!("{a}.full_attention_interval"), u(dn.interval));
+    }
     if spec.tokenizer {
         put_tokenizer(&mut w, spec.vocab);
     }
@@ -275,7 +304,37 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
             norm(p, &n("post_attention_norm.weight"), d);
             norm(p, &n("post_ffw_norm.weight"), d);
         }
-        if fam.fused {
+        let recurrent = spec
+            .delta
+            .filter(|dn| !(i + 1).is_multiple_of(dn.interval.max(1)));
+        if let Some(dn) = recurrent {
+            let (hv, vw) = (dn.v_heads, dn.v_heads * dn.dv);
+            let ch = 2 * dn.k_heads * dn.dk + vw;
+            tensor(p, &n("attn_qkv.weight"), &[d, ch], spec.matrix_dtype);
+            tensor(p, &n("attn_gate.weight"), &[d, vw], spec.matrix_dtype);
+            tensor(p, &n("ssm_beta.weight"), &[d, hv], spec.matrix_dtype);
+            tensor(p, &n("ssm_alpha.weight"), &[d, hv], spec.matrix_dtype);
+            tensor(p, &n("ssm_out.weight"), &[vw, d], spec.matrix_dtype);
+            tensor(p, &n("ssm_conv1d.weight"), &[dn.kernel, ch], DType::F32);
+            let rates = (0..hv).map(|h| -(0.05 + 0.02 * h as f32)).collect();
+            p.push(Planned {
+                name: n("ssm_a"),
+                dims: vec![hv],
+                dtype: DType::F32,
+                fill: Fill::Values(rates),
+            });
+            p.push(Planned {
+                name: n("ssm_dt.bias"),
+                dims: vec![hv],
+                dtype: DType::F32,
+                fill: Fill::Values(vec![0.5; hv]),
+            });
+            norm(p, &n("ssm_norm.weight"), dn.dv);
+        } else if fam.gated_attention {
+            tensor(p, &n("attn_q.weight"), &[d, 2 * q], spec.matrix_dtype);
+            tensor(p, &n("attn_k.weight"), &[d, kv], spec.matrix_dtype);
+            tensor(p, &n("attn_v.weight"), &[d, kv], spec.matrix_dtype);
+        } else if fam.fused {
             tensor(
                 p,
                 &n("attn_qkv.weight"),
@@ -287,7 +346,9 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
             tensor(p, &n("attn_k.weight"), &[d, kv], spec.matrix_dtype);
             tensor(p, &n("attn_v.weight"), &[d, kv], spec.matrix_dtype);
         }
-        tensor(p, &n("attn_output.weight"), &[q, d], spec.matrix_dtype);
+        if recurrent.is_none() {
+            tensor(p, &n("attn_output.weight"), &[q, d], spec.matrix_dtype);
+        }
         if fam.gpt_oss_biases {
             tensor(p, &n("attn_output.bias"), &[d], DType::F32);
         }
@@ -323,7 +384,7 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
             tensor(p, &n("attn_k.bias"), &[kv], DType::F32);
             tensor(p, &n("attn_v.bias"), &[kv], DType::F32);
         }
-        if fam.qk_norm {
+        if fam.qk_norm && recurrent.is_none() {
             let (qn, kn) = match fam.qk_norm_full {
                 true => (q, kv),
                 false => (spec.head_dim, spec.head_dim),

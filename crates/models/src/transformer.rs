@@ -5,8 +5,9 @@
 use crate::error::{ModelError, Result};
 use crate::experts::moe_ffn;
 use crate::model::{Model, Row};
-use crate::plan::{walk, LayerOps, LayerPlan, Plan};
-use crate::weights::{with_panel, Ffn, Panels, FFN_PANELS};
+use crate::plan::{walk, DeltaMixer, LayerOps, LayerPlan, Mixer, Plan};
+use crate::recurrent::StateCache;
+use crate::weights::{with_panel, Attention, Ffn, Panels};
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
 use tf_kernels::kv::KvCache;
 use tf_kernels::matmul::{matmul, matmul_cols, Activations};
@@ -49,21 +50,26 @@ fn add_bias(x: &mut [f32], bias: &Option<Vec<f32>>) {
 }
 
 /// One forward call on the CPU: the rows, the cache, and the host buffers the ops share.
-struct CpuPass<'a> {
-    model: &'a Model,
-    pool: &'a ThreadPool,
-    rows: &'a [Row<'a>],
+pub(crate) struct CpuPass<'a> {
+    pub(crate) model: &'a Model,
+    pub(crate) pool: &'a ThreadPool,
+    pub(crate) rows: &'a [Row<'a>],
     kv: &'a mut KvCache,
-    panels: &'a Panels,
+    /// Recurrent layers' states (a model with Gated DeltaNet layers).
+    pub(crate) states: Option<&'a mut StateCache>,
+    pub(crate) panels: &'a Panels,
     /// Every row's keys from position 0 (full-attention layers).
     full_keys: Vec<RowKeys<'a>>,
-    x: Vec<f32>,
-    h: Vec<f32>,
+    pub(crate) x: Vec<f32>,
+    pub(crate) h: Vec<f32>,
     q: Vec<f32>,
+    /// Each head's query then its gate (gated attention), and the gates.
+    qg: Vec<f32>,
+    gates: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
-    o: Vec<f32>,
+    pub(crate) o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
     act: Vec<f32>,
@@ -81,9 +87,23 @@ fn row_keys<'a>(rows: &'a [Row<'a>], window: Option<usize>) -> Vec<RowKeys<'a>> 
         .collect()
 }
 
+/// The attention weights of an attention layer (the plan and the weights bind them together).
+fn attn_of<'w>(lw: &'w crate::weights::LayerWeights<'w>) -> &'w Attention<'w> {
+    lw.attention()
+        .expect("the plan's attention layers have attention weights")
+}
+
+/// The layer's index in the KV cache.
+fn kv_of(lp: &LayerPlan) -> usize {
+    match lp.mixer {
+        Mixer::Attention { kv } => kv,
+        Mixer::DeltaNet(_) => unreachable!("recurrent layers have no keys"),
+    }
+}
+
 impl CpuPass<'_> {
     /// `x += post_norm(o)` where the layer has a post norm, else `x += o`.
-    fn add_residual(&mut self, post: &Option<Vec<f32>>) {
+    pub(crate) fn add_residual(&mut self, post: &Option<Vec<f32>>) {
         let o: &[f32] = match post {
             Some(w) => {
                 norm_rows(self.model, &self.o, w, &mut self.h);
@@ -125,10 +145,23 @@ impl LayerOps for CpuPass<'_> {
         let cfg = &model.config;
         let (level, m) = (model.level, self.rows.len());
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
-        let lw = &model.weights.layers[layer];
+        let lw = attn_of(&model.weights.layers[layer]);
         let pk = &self.panels.layers[layer];
         let hx = Activations::new(level, &self.h, m, cfg.d_model);
-        matmul(pool, &with_panel(&lw.wq, pk.first()), &hx, &mut self.q);
+        if lp.attn_gate {
+            // Per head: its query, then its gate.
+            let hd = cfg.head_dim;
+            matmul(pool, &with_panel(&lw.wq, pk.first()), &hx, &mut self.qg);
+            for (r, two) in self.qg.chunks_exact(2 * qd).enumerate() {
+                for (hh, pair) in two.chunks_exact(2 * hd).enumerate() {
+                    let at = r * qd + hh * hd;
+                    self.q[at..at + hd].copy_from_slice(&pair[..hd]);
+                    self.gates[at..at + hd].copy_from_slice(&pair[hd..]);
+                }
+            }
+        } else {
+            matmul(pool, &with_panel(&lw.wq, pk.first()), &hx, &mut self.q);
+        }
         matmul(pool, &with_panel(&lw.wk, pk.get(1)), &hx, &mut self.k);
         matmul(pool, &with_panel(&lw.wv, pk.get(2)), &hx, &mut self.v);
         add_bias(&mut self.q, &lw.bq);
@@ -153,14 +186,14 @@ impl LayerOps for CpuPass<'_> {
             );
             rope.apply(q, cfg.head_dim, row.pos, style);
             rope.apply(k, cfg.head_dim, row.pos, style);
-            self.kv.write(layer, row.table, row.slot(), k, v);
+            self.kv.write(kv_of(lp), row.table, row.slot(), k, v);
         }
         Ok(())
     }
 
     fn attention(&mut self, layer: usize, lp: &LayerPlan) -> Result<()> {
         let cfg = &self.model.config;
-        let lw = &self.model.weights.layers[layer];
+        let lw = attn_of(&self.model.weights.layers[layer]);
         let shape = AttnShape {
             softcap: lp.attn_softcap,
             sinks: lw.sinks.as_deref(),
@@ -184,23 +217,33 @@ impl LayerOps for CpuPass<'_> {
             &shape,
             &self.q,
             keys,
-            self.kv.layer(layer),
+            self.kv.layer(kv_of(lp)),
             &mut self.att,
         );
         Ok(())
     }
 
-    fn attn_out(&mut self, layer: usize, _lp: &LayerPlan) -> Result<()> {
+    fn attn_out(&mut self, layer: usize, lp: &LayerPlan) -> Result<()> {
         let model = self.model;
         let cfg = &model.config;
-        let lw = &model.weights.layers[layer];
+        let layer_w = &model.weights.layers[layer];
+        let lw = attn_of(layer_w);
+        if lp.attn_gate {
+            for (a, &g) in self.att.iter_mut().zip(&self.gates) {
+                *a *= tf_kernels::canon::sigmoid(g);
+            }
+        }
         let ax = Activations::new(model.level, &self.att, self.rows.len(), cfg.q_dim());
         let wo = with_panel(&lw.wo, self.panels.layers[layer].get(3));
         matmul(self.pool, &wo, &ax, &mut self.o);
         add_bias(&mut self.o, &lw.bo);
-        self.add_residual(&lw.post_attn_norm);
-        norm_rows(model, &self.x, &lw.ffn_norm, &mut self.h);
+        self.add_residual(&layer_w.post_attn_norm);
+        norm_rows(model, &self.x, &layer_w.ffn_norm, &mut self.h);
         Ok(())
+    }
+
+    fn delta_net(&mut self, layer: usize, dn: &DeltaMixer) -> Result<()> {
+        self.delta_layer(layer, dn)
     }
 
     fn mlp(&mut self, layer: usize, lp: &LayerPlan, last: bool) -> Result<()> {
@@ -208,7 +251,7 @@ impl LayerOps for CpuPass<'_> {
         let cfg = &model.config;
         let (level, m) = (model.level, self.rows.len());
         let lw = &model.weights.layers[layer];
-        let pk = self.panels.layers[layer].get(FFN_PANELS..).unwrap_or(&[]);
+        let pk = (self.panels.layers[layer].get(lw.ffn_panels()..)).unwrap_or(&[]);
         match (&lw.ffn, &lp.moe) {
             (Ffn::Moe(x), Some(moe)) => {
                 moe_ffn(pool, level, x, pk, moe, lp.mlp, &self.h, &mut self.o)
@@ -250,24 +293,47 @@ impl Model {
         kv: &mut KvCache,
         head: Option<&[std::ops::Range<usize>]>,
     ) -> Result<Vec<f32>> {
+        self.forward_states(pool, rows, kv, None, head)
+    }
+
+    /// [`forward_head`](Model::forward_head) with the recurrent layers' states (required
+    /// for a model that has them; see [`Model::state_cache`]).
+    pub fn forward_states(
+        &self,
+        pool: &ThreadPool,
+        rows: &[Row],
+        kv: &mut KvCache,
+        mut states: Option<&mut StateCache>,
+        head: Option<&[std::ops::Range<usize>]>,
+    ) -> Result<Vec<f32>> {
         for r in rows {
             self.check_row(r)?;
+        }
+        match states.as_deref_mut() {
+            Some(st) => st.begin(rows)?,
+            None if !self.plan.recurrent().is_empty() => return Err(ModelError::NoStateCache),
+            None => {}
         }
         let cfg = &self.config;
         let m = rows.len();
         // A mixture of experts keeps its own buffers (per expert).
         let f = if cfg.moe.is_some() { 0 } else { cfg.ffn_dim };
         let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+        let gated = self.plan.layers.iter().any(|l| l.attn_gate);
+        let g = if gated { m * qd } else { 0 };
         let mut pass = CpuPass {
             model: self,
             pool,
             rows,
             kv,
+            states,
             panels: self.panels(),
             full_keys: row_keys(rows, None),
             x: vec![0f32; m * d],
             h: vec![0f32; m * d],
             q: vec![0f32; m * qd],
+            qg: vec![0f32; 2 * g],
+            gates: vec![0f32; g],
             k: vec![0f32; m * kvd],
             v: vec![0f32; m * kvd],
             att: vec![0f32; m * qd],
@@ -276,7 +342,14 @@ impl Model {
             up: vec![0f32; m * f],
             act: vec![0f32; m * f],
         };
-        walk(&self.plan, &mut pass)?;
+        let walked = walk(&self.plan, &mut pass);
+        if let Some(st) = pass.states.as_deref_mut() {
+            match walked {
+                Ok(()) => st.end(),
+                Err(_) => st.abort(),
+            }
+        }
+        walked?;
         Ok(self.output_head(pool, rows, &pass.x, pass.panels, head))
     }
 

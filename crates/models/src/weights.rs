@@ -61,6 +61,38 @@ impl Naming {
 
 pub struct LayerWeights<'a> {
     pub attn_norm: Vec<f32>,
+    pub mixer: MixerWeights<'a>,
+    pub ffn_norm: Vec<f32>,
+    /// RMSNorm of the attention output and of the MLP output (Gemma's sandwich norms).
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
+    pub ffn: Ffn<'a>,
+}
+
+/// A layer's mixer: attention, or a Gated DeltaNet layer.
+pub enum MixerWeights<'a> {
+    Attention(Attention<'a>),
+    DeltaNet(DeltaWeights<'a>),
+}
+
+/// A Gated DeltaNet layer: projections to the convolution's q, k, v channels, the output gate
+/// `z`, the write strength `b` and the decay input `a`; the convolution; the decay rate
+/// (`-exp(A_log)`) and time-step bias per value head; the gated norm over a value head; the
+/// output projection.
+pub struct DeltaWeights<'a> {
+    pub qkv: WeightMatrix<'a>,
+    pub z: WeightMatrix<'a>,
+    pub b: WeightMatrix<'a>,
+    pub a: WeightMatrix<'a>,
+    pub out: WeightMatrix<'a>,
+    /// `channels x kernel`.
+    pub conv: Vec<f32>,
+    pub rate: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub norm: Vec<f32>,
+}
+
+pub struct Attention<'a> {
     pub wq: WeightMatrix<'a>,
     pub wk: WeightMatrix<'a>,
     pub wv: WeightMatrix<'a>,
@@ -74,11 +106,6 @@ pub struct LayerWeights<'a> {
     pub sinks: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
-    /// RMSNorm of the attention output and of the MLP output (Gemma's sandwich norms).
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub post_ffn_norm: Option<Vec<f32>>,
-    pub ffn: Ffn<'a>,
 }
 
 /// A layer's feed-forward: one MLP, or a mixture of experts.
@@ -101,6 +128,8 @@ pub struct Experts<'a> {
     pub router_bias: Option<Vec<f32>>,
     pub experts: Vec<Mlp<'a>>,
     pub biases: Option<ExpertBiases>,
+    /// The shared expert and its gate (`d_model` weights), every row's (Qwen3-Next).
+    pub shared: Option<(Mlp<'a>, Vec<f32>)>,
 }
 
 /// Each expert's biases, back to back (gpt-oss): gate and up `expert_ffn` each, down `d_model`.
@@ -122,9 +151,9 @@ pub struct Weights<'a> {
     pub rope_freqs: Option<Vec<f32>>,
 }
 
-struct Binder<'a> {
-    src: &'a dyn TensorSource,
-    arena: &'a Arena,
+pub(crate) struct Binder<'a> {
+    pub(crate) src: &'a dyn TensorSource,
+    pub(crate) arena: &'a Arena,
 }
 
 /// Weights relaid out at load (a checkpoint layout the kernels cannot read in place), kept
@@ -133,7 +162,7 @@ struct Binder<'a> {
 pub struct Arena(std::sync::Mutex<Vec<Box<[u8]>>>);
 
 impl Arena {
-    fn keep(&self, bytes: Vec<u8>) -> &[u8] {
+    pub(crate) fn keep(&self, bytes: Vec<u8>) -> &[u8] {
         let b = bytes.into_boxed_slice();
         let (ptr, len) = (b.as_ptr(), b.len());
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push(b);
@@ -144,7 +173,7 @@ impl Arena {
 }
 
 impl<'a> Binder<'a> {
-    fn view(&self, name: &str, dims: &[usize]) -> Result<TensorView<'a>> {
+    pub(crate) fn view(&self, name: &str, dims: &[usize]) -> Result<TensorView<'a>> {
         let t = self
             .src
             .tensor(name)
@@ -163,7 +192,7 @@ impl<'a> Binder<'a> {
         Ok(t)
     }
 
-    fn matrix(&self, name: &str, k: usize, n: usize) -> Result<WeightMatrix<'a>> {
+    pub(crate) fn matrix(&self, name: &str, k: usize, n: usize) -> Result<WeightMatrix<'a>> {
         let t = self.view(name, &[k, n])?;
         WeightMatrix::new(t.dtype, k, n, t.data).ok_or_else(|| ModelError::BadShape {
             source_path: self.src.describe(),
@@ -175,7 +204,12 @@ impl<'a> Binder<'a> {
 
     /// A matrix of `parts` summed output widths, cut into one matrix per part (rows are
     /// contiguous, so each part is a view of the same bytes).
-    fn split(&self, name: &str, k: usize, parts: &[usize]) -> Result<Vec<WeightMatrix<'a>>> {
+    pub(crate) fn split(
+        &self,
+        name: &str,
+        k: usize,
+        parts: &[usize],
+    ) -> Result<Vec<WeightMatrix<'a>>> {
         let whole = self.matrix(name, k, parts.iter().sum())?;
         let row = whole.row_bytes();
         let mut at = 0;
@@ -190,7 +224,7 @@ impl<'a> Binder<'a> {
     }
 
     /// A norm's weights, `1 + w` where the checkpoint stores `w` (Gemma in HF layout).
-    fn norm(&self, name: &str, n: usize, offset: bool) -> Result<Vec<f32>> {
+    pub(crate) fn norm(&self, name: &str, n: usize, offset: bool) -> Result<Vec<f32>> {
         let mut w = self.vector(name, n)?;
         if offset {
             w.iter_mut().for_each(|v| *v += 1.0);
@@ -198,7 +232,7 @@ impl<'a> Binder<'a> {
         Ok(w)
     }
 
-    fn opt_norm(
+    pub(crate) fn opt_norm(
         &self,
         name: &str,
         n: usize,
@@ -272,6 +306,7 @@ impl<'a> Binder<'a> {
                 router_bias,
                 experts,
                 biases,
+                shared: None,
             });
         }
         let name = |which: usize, x: usize| match naming {
@@ -298,6 +333,7 @@ impl<'a> Binder<'a> {
             router_bias,
             experts,
             biases,
+            shared: None,
         })
     }
 
@@ -340,6 +376,7 @@ impl<'a> Binder<'a> {
             router_bias: self.opt_vector(&name("mlp.router.bias"), e, moe.biases)?,
             experts,
             biases,
+            shared: None,
         })
     }
 
@@ -473,11 +510,57 @@ impl<'a> Binder<'a> {
             .collect())
     }
 
-    fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
+    /// Layer `i`'s attention: q (with each head's gate, for gated attention), k, v, o, and
+    /// the family's biases, sinks and q/k norms.
+    fn attention(&self, naming: Naming, i: usize, cfg: &ModelConfig) -> Result<Attention<'a>> {
+        let fam = cfg.family;
+        let n = |w: &str| naming.layer(i, w, fam);
+        let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+        let off = naming == Naming::Hf && fam.hf_norm_offset;
+        let qw = if fam.gated_attention { 2 * q } else { q };
+        // A q/k norm's width: one head, or the whole projection (OLMoE).
+        let qk_width = |whole: usize| {
+            if fam.qk_norm_full {
+                whole
+            } else {
+                cfg.head_dim
+            }
+        };
+        let [wq, wk, wv] = if fam.fused {
+            let qkv = self.split(&n("attn_qkv.weight"), d, &[q, kv, kv])?;
+            [qkv[0], qkv[1], qkv[2]]
+        } else {
+            [
+                self.matrix(&n("attn_q.weight"), d, qw)?,
+                self.matrix(&n("attn_k.weight"), d, kv)?,
+                self.matrix(&n("attn_v.weight"), d, kv)?,
+            ]
+        };
+        Ok(Attention {
+            wq,
+            wk,
+            wv,
+            wo: self.matrix(&n("attn_output.weight"), q, d)?,
+            bq: self.opt_vector(&n("attn_q.bias"), q, fam.qkv_bias)?,
+            bk: self.opt_vector(&n("attn_k.bias"), kv, fam.qkv_bias)?,
+            bv: self.opt_vector(&n("attn_v.bias"), kv, fam.qkv_bias)?,
+            bo: self.opt_vector(&n("attn_output.bias"), d, fam.gpt_oss_biases)?,
+            sinks: self.opt_vector(&n("attn_sinks.weight"), cfg.n_heads, fam.sinks)?,
+            q_norm: self.opt_norm(&n("attn_q_norm.weight"), qk_width(q), fam.qk_norm, off)?,
+            k_norm: self.opt_norm(&n("attn_k_norm.weight"), qk_width(kv), fam.qk_norm, off)?,
+        })
+    }
+
+    pub(crate) fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         Ok(self.view(name, &[n])?.to_f32()?)
     }
 
-    fn opt_vector(&self, name: &str, n: usize, wanted: bool) -> Result<Option<Vec<f32>>> {
+    pub(crate) fn opt_vector(
+        &self,
+        name: &str,
+        n: usize,
+        wanted: bool,
+    ) -> Result<Option<Vec<f32>>> {
         if !wanted {
             return Ok(None);
         }
@@ -492,7 +575,7 @@ pub fn bind<'a>(
     cfg: &ModelConfig,
 ) -> Result<Weights<'a>> {
     let b = Binder { src, arena };
-    let (d, q, kv, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+    let (d, f) = (cfg.d_model, cfg.ffn_dim);
     let embed = b.view(naming.global("embed"), &[d, cfg.vocab])?;
     let (output, tied_output) = match src.tensor(naming.global("output")) {
         Some(_) => (b.matrix(naming.global("output"), d, cfg.vocab)?, false),
@@ -503,28 +586,20 @@ pub fn bind<'a>(
     // Grown as layers bind (not reserved from `block_count`, which a corrupt file can make huge:
     // the first missing tensor ends the loop).
     let mut layers = Vec::new();
-    // A q/k norm's width: one head, or the whole projection (OLMoE).
-    let qk_width = |whole: usize| {
-        if fam.qk_norm_full {
-            whole
-        } else {
-            cfg.head_dim
-        }
-    };
     for i in 0..cfg.n_layers {
         let n = |w: &str| naming.layer(i, w, fam);
-        let [wq, wk, wv] = if fam.fused {
-            let qkv = b.split(&n("attn_qkv.weight"), d, &[q, kv, kv])?;
-            [qkv[0], qkv[1], qkv[2]]
-        } else {
-            [
-                b.matrix(&n("attn_q.weight"), d, q)?,
-                b.matrix(&n("attn_k.weight"), d, kv)?,
-                b.matrix(&n("attn_v.weight"), d, kv)?,
-            ]
+        let mixer = match &cfg.delta {
+            Some(dn) if !dn.attention[i] => MixerWeights::DeltaNet(b.delta(naming, i, cfg, dn)?),
+            _ => MixerWeights::Attention(b.attention(naming, i, cfg)?),
         };
         let ffn = match &cfg.moe {
-            Some(moe) => Ffn::Moe(b.experts(naming, i, fam, d, moe)?),
+            Some(moe) => {
+                let mut x = b.experts(naming, i, fam, d, moe)?;
+                if let Some(w) = moe.shared_ffn {
+                    x.shared = Some(b.shared_expert(naming, i, d, w)?);
+                }
+                Ffn::Moe(x)
+            }
             None if fam.fused => {
                 let gu = b.split(&n("ffn_up.weight"), d, &[f, f])?;
                 Ffn::Dense(Mlp {
@@ -542,17 +617,7 @@ pub fn bind<'a>(
         let post = fam.post_norms;
         layers.push(LayerWeights {
             attn_norm: b.norm(&n("attn_norm.weight"), d, off)?,
-            wq,
-            wk,
-            wv,
-            wo: b.matrix(&n("attn_output.weight"), q, d)?,
-            bq: b.opt_vector(&n("attn_q.bias"), q, fam.qkv_bias)?,
-            bk: b.opt_vector(&n("attn_k.bias"), kv, fam.qkv_bias)?,
-            bv: b.opt_vector(&n("attn_v.bias"), kv, fam.qkv_bias)?,
-            bo: b.opt_vector(&n("attn_output.bias"), d, fam.gpt_oss_biases)?,
-            sinks: b.opt_vector(&n("attn_sinks.weight"), cfg.n_heads, fam.sinks)?,
-            q_norm: b.opt_norm(&n("attn_q_norm.weight"), qk_width(q), fam.qk_norm, off)?,
-            k_norm: b.opt_norm(&n("attn_k_norm.weight"), qk_width(kv), fam.qk_norm, off)?,
+            mixer,
             ffn_norm: b.norm(&n(fam.gguf_ffn_norm), d, off)?,
             post_attn_norm: b.opt_norm(&n("post_attention_norm.weight"), d, post, off)?,
             post_ffn_norm: b.opt_norm(&n("post_ffw_norm.weight"), d, post, off)?,
@@ -577,7 +642,10 @@ impl<'a> LayerWeights<'a> {
     /// The layer's matrices in the order [`Panels`] keeps them: q, k, v, o, then the dense
     /// MLP's gate, up, down, or the router and each expert's gate, up, down.
     pub fn matrices(&self) -> Vec<&WeightMatrix<'a>> {
-        let mut out = vec![&self.wq, &self.wk, &self.wv, &self.wo];
+        let mut out = match &self.mixer {
+            MixerWeights::Attention(a) => vec![&a.wq, &a.wk, &a.wv, &a.wo],
+            MixerWeights::DeltaNet(d) => vec![&d.qkv, &d.z, &d.b, &d.a, &d.out],
+        };
         match &self.ffn {
             Ffn::Dense(m) => out.extend([&m.gate, &m.up, &m.down]),
             Ffn::Moe(x) => {
@@ -585,9 +653,29 @@ impl<'a> LayerWeights<'a> {
                 for m in &x.experts {
                     out.extend([&m.gate, &m.up, &m.down]);
                 }
+                if let Some((m, _)) = &x.shared {
+                    out.extend([&m.gate, &m.up, &m.down]);
+                }
             }
         }
         out
+    }
+
+    /// Index in the layer's [`Panels`] entry of the first feed-forward matrix (the dense gate,
+    /// or the router): after the mixer's (q, k, v, o; or a DeltaNet layer's five).
+    pub fn ffn_panels(&self) -> usize {
+        match &self.mixer {
+            MixerWeights::Attention(_) => 4,
+            MixerWeights::DeltaNet(_) => 5,
+        }
+    }
+
+    /// The attention weights (`None` for a recurrent layer).
+    pub fn attention(&self) -> Option<&Attention<'a>> {
+        match &self.mixer {
+            MixerWeights::Attention(a) => Some(a),
+            MixerWeights::DeltaNet(_) => None,
+        }
     }
 
     /// The dense MLP (`None` for a mixture of experts).
@@ -598,10 +686,6 @@ impl<'a> LayerWeights<'a> {
         }
     }
 }
-
-/// Index in a layer's [`Panels`] entry of the first feed-forward matrix (the dense gate, or the
-/// router), after q, k, v and o.
-pub const FFN_PANELS: usize = 4;
 
 /// The panel forms of a model's matrices (`None` where a type has none, or nothing was packed).
 pub struct Panels {

@@ -63,6 +63,7 @@ fn read_json(path: &Path) -> Value {
 /// Logits of every position of `tokens`, prefilled in calls of `chunk` rows.
 fn logits(model: &Model, pool: &ThreadPool, tokens: &[u32], chunk: usize) -> Vec<Vec<f32>> {
     let (mut kv, table) = kv_for(model, tokens.len());
+    let mut states = model.state_cache(table.len());
     let vocab = model.config.vocab;
     let mut out = Vec::new();
     for start in (0..tokens.len()).step_by(chunk) {
@@ -71,12 +72,16 @@ fn logits(model: &Model, pool: &ThreadPool, tokens: &[u32], chunk: usize) -> Vec
             .map(|p| Row {
                 token: tokens[p],
                 pos: p,
+                seq: 0,
+                keep: true,
                 table: &table,
                 logits: true,
                 tree: None,
             })
             .collect();
-        let l = model.forward(pool, &rows, &mut kv).unwrap();
+        let l = model
+            .forward_states(pool, &rows, &mut kv, states.as_mut(), None)
+            .unwrap();
         out.extend(l.chunks_exact(vocab).map(<[f32]>::to_vec));
     }
     out
@@ -210,6 +215,8 @@ fn family_of(fixture: &str) -> &'static str {
         "gemma2" => "gemma2",
         "gemma3" => "gemma3",
         "phi3" => "phi3",
+        "qwen35" => "qwen35",
+        "qwen3next" => "qwen3next",
         other => panic!("unknown fixture family {other}"),
     }
 }

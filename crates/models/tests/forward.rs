@@ -51,6 +51,8 @@ fn run_chunked_in(
             .map(|p| Row {
                 token: toks[p],
                 pos: p,
+                seq: 0,
+                keep: true,
                 table: &table,
                 logits: true,
                 tree: None,
@@ -227,6 +229,8 @@ fn rows_of_other_sequences_keep_their_bits(spec: &SynthSpec) {
                 rows.push(Row {
                     token,
                     pos: q,
+                    seq: 0,
+                    keep: true,
                     table: &tables[s],
                     logits: true,
                     tree: None,
@@ -434,6 +438,8 @@ fn bad_rows_are_errors_not_panics() {
     let bad_token = Row {
         token: 10_000,
         pos: 0,
+        seq: 0,
+        keep: true,
         table: &table,
         logits: true,
         tree: None,
@@ -445,6 +451,8 @@ fn bad_rows_are_errors_not_panics() {
     let bad_pos = Row {
         token: 1,
         pos: BLOCK_SIZE,
+        seq: 0,
+        keep: true,
         table: &table,
         logits: true,
         tree: None,
@@ -473,6 +481,8 @@ fn tree_rows_in_other_slots_give_the_serial_bits() {
         .map(|p| Row {
             token: toks[p],
             pos: p,
+            seq: 0,
+            keep: true,
             table: &table,
             logits: false,
             tree: None,
@@ -486,6 +496,8 @@ fn tree_rows_in_other_slots_give_the_serial_bits() {
         .map(|j| Row {
             token: (toks[base + j] + 1) % spec.vocab as u32,
             pos: base + j,
+            seq: 0,
+            keep: true,
             table: &table,
             logits: false,
             tree: None,
@@ -495,6 +507,8 @@ fn tree_rows_in_other_slots_give_the_serial_bits() {
         rows.push(Row {
             token: toks[base + j],
             pos: base + j,
+            seq: 0,
+            keep: true,
             table: &table,
             logits: true,
             tree: Some(TreeRow {
@@ -536,6 +550,8 @@ fn pruned_head_keeps_its_columns_bits() {
         .map(|p| Row {
             token: toks[p],
             pos: p,
+            seq: 0,
+            keep: true,
             table: &table,
             logits: p % 3 == 0,
             tree: None,

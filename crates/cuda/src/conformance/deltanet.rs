@@ -17,12 +17,14 @@ pub(crate) fn run(gpu: &Gpu, pool: &ThreadPool, seed: u64, table: &mut Vec<Row>)
             v_heads: 32,
             dk: 128,
             dv: 128,
+            tiled: false,
         },
         DeltaShape {
             k_heads: 2,
             v_heads: 4,
             dk: 16,
             dv: 24,
+            tiled: true,
         },
     ];
     for s in &shapes {

@@ -67,6 +67,8 @@ fn rows<'a>(
         .map(|p| Row {
             token: ids[p],
             pos: p,
+            seq: 0,
+            keep: true,
             table,
             logits: all || p + 1 == to,
             tree: None,

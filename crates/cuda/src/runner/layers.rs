@@ -57,6 +57,12 @@ impl CudaRunner {
 impl LayerOps for CudaRunner {
     type Error = CudaError;
 
+    fn delta_net(&mut self, _layer: usize, _dn: &tf_models::DeltaMixer) -> Result<()> {
+        Err(CudaError::Usage(
+            "recurrent (Gated DeltaNet) layers do not run on the GPU yet".into(),
+        ))
+    }
+
     fn embed(&mut self, _plan: &Plan) -> Result<()> {
         let (model, gpu, m) = self.call();
         let cfg = &model.config;

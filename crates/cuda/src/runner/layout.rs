@@ -115,6 +115,8 @@ mod tests {
         Row {
             token: 7,
             pos,
+            seq: 0,
+            keep: true,
             table,
             logits,
             tree: None,

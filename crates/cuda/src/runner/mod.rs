@@ -328,7 +328,7 @@ impl Runner for CudaRunner {
         self.run_parts(rows, Out::Picks(keys, picks))?;
         Ok(true)
     }
-    fn copy_slots(&mut self, table: &[BlockId], moves: &[(usize, usize)]) {
+    fn copy_slots(&mut self, _seq: u64, table: &[BlockId], moves: &[(usize, usize)]) {
         let mut pairs = Vec::with_capacity(2 * moves.len());
         for &(from, to) in moves {
             match (self.cache_index(table, from), self.cache_index(table, to)) {

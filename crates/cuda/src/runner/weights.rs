@@ -210,21 +210,26 @@ impl DevWeights {
                 },
                 Ffn::Moe(x) => DevFfn::Moe(up.experts(x)?),
             };
+            let Some(at) = l.attention() else {
+                return Err(CudaError::Usage(
+                    "recurrent (Gated DeltaNet) layers do not run on the GPU yet".into(),
+                ));
+            };
             layers.push(DevLayer {
                 attn_norm: up.floats(&l.attn_norm)?,
                 // Per-head q/k norms run between the matmuls and RoPE: kept apart there.
-                qkv: up.group(&[&l.wq, &l.wk, &l.wv], l.q_norm.is_none())?,
-                wo: up.matrix(&l.wo)?,
-                bq: up.opt(&l.bq)?,
-                bk: up.opt(&l.bk)?,
-                bv: up.opt(&l.bv)?,
-                q_norm: up.opt(&l.q_norm)?,
-                k_norm: up.opt(&l.k_norm)?,
+                qkv: up.group(&[&at.wq, &at.wk, &at.wv], at.q_norm.is_none())?,
+                wo: up.matrix(&at.wo)?,
+                bq: up.opt(&at.bq)?,
+                bk: up.opt(&at.bk)?,
+                bv: up.opt(&at.bv)?,
+                q_norm: up.opt(&at.q_norm)?,
+                k_norm: up.opt(&at.k_norm)?,
                 ffn_norm: up.floats(&l.ffn_norm)?,
                 post_attn_norm: up.opt(&l.post_attn_norm)?,
                 post_ffn_norm: up.opt(&l.post_ffn_norm)?,
-                bo: up.opt(&l.bo)?,
-                sinks: up.opt(&l.sinks)?,
+                bo: up.opt(&at.bo)?,
+                sinks: up.opt(&at.sinks)?,
                 ffn,
             });
         }

@@ -43,6 +43,9 @@ impl Engine {
                     .map(|p| Row {
                         token: token(p),
                         pos: p,
+                        seq: 0,
+                        // A verify round: the committed token, then guesses.
+                        keep: p == 0,
                         table: &table,
                         logits: true,
                         tree: None,
@@ -62,6 +65,7 @@ impl Engine {
         }
         self.cost = self.cost.recalibrated(&points);
         self.calibrate_drafts(&table);
+        self.runner.release(0);
         self.blocks.release(&mut table);
         self.spill_evicted();
         Ok(points)

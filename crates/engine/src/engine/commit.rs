@@ -77,7 +77,7 @@ impl Engine {
                 let moves: Vec<(usize, usize)> = (0..accepted)
                     .map(|i| (p.branch_slots[b][i], len + i))
                     .collect();
-                self.runner.copy_slots(&s.table, &moves);
+                self.runner.copy_slots(s.id, &s.table, &moves);
             }
             // The window's rows hold committed tokens up to the last accepted guess.
             s.kv_len = len + accepted;

@@ -48,6 +48,7 @@ impl Engine {
     fn preempt(&mut self, i: usize) {
         let mut s = self.running.remove(i);
         self.blocks.release(&mut s.table);
+        self.runner.release(s.id);
         self.spill_evicted();
         s.hashes.clear();
         s.kv_len = 0;

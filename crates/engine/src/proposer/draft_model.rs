@@ -81,16 +81,19 @@ impl CatchUp {
 }
 
 /// The draft's row of absolute position `p`, in the `table` of its `window` (see [`Window`]).
+/// A committed token's row has `keep` (a guess's has not).
 fn row(
     window: Option<Window>,
     table: &[BlockId],
-    p: usize,
+    (seq, p): (SeqId, usize),
     token: TokenId,
-    logits: bool,
+    (logits, keep): (bool, bool),
 ) -> Row<'_> {
     Row {
         token,
         pos: window.map_or(p, |w| w.pos(p)),
+        seq,
+        keep,
         table,
         logits,
         tree: None,
@@ -211,7 +214,7 @@ impl DraftModel {
             .ranges
             .iter()
             .flat_map(|r| r.clone())
-            .map(|p| row(window, &table, p, seq.tokens[p], false))
+            .map(|p| row(window, &table, (seq.id, p), seq.tokens[p], (false, true)))
             .collect();
         if rows.is_empty() {
             return Some(0);
@@ -347,7 +350,15 @@ impl Proposer for DraftModel {
         }
         let (window, table) = self.layout(seq);
         let rows: Vec<Row> = (from..n)
-            .map(|p| row(window, &table, p, seq.tokens[p], p == n - 1))
+            .map(|p| {
+                row(
+                    window,
+                    &table,
+                    (seq.id, p),
+                    seq.tokens[p],
+                    (p == n - 1, true),
+                )
+            })
             .collect();
         // Greedy requests take the draft's tokens as ids, plain temperature ones as picks (on a
         // GPU, only those come back).
@@ -389,7 +400,13 @@ impl Proposer for DraftModel {
                 break;
             }
             started = std::time::Instant::now();
-            next = vec![row(window, &table, n - 1 + out.len(), t, true)];
+            next = vec![row(
+                window,
+                &table,
+                (seq.id, n - 1 + out.len()),
+                t,
+                (true, false),
+            )];
             self.forget(&next);
         }
         self.guess_secs = (one_row.0 > 0).then(|| one_row.1 / one_row.0 as f64);

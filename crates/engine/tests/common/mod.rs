@@ -399,8 +399,17 @@ impl Runner for Counting {
         self.largest.fetch_max(rows.len(), Ordering::Relaxed);
         self.inner.forward(rows)
     }
-    fn copy_slots(&mut self, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
-        self.inner.copy_slots(table, moves)
+    fn copy_slots(&mut self, seq: u64, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
+        self.inner.copy_slots(seq, table, moves)
+    }
+    fn release(&mut self, seq: u64) {
+        self.inner.release(seq)
+    }
+    fn resumable(&self, b: tf_core::BlockId) -> bool {
+        self.inner.resumable(b)
+    }
+    fn recurrent(&self) -> bool {
+        self.inner.recurrent()
     }
 }
 

@@ -7,4 +7,6 @@ pub mod olmoe;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen35;
 pub mod qwen3moe;
+pub mod qwen3next;

@@ -34,7 +34,7 @@ pub fn kv_for(model: &Model, positions: usize) -> (KvCache, Vec<u32>) {
     let blocks = positions.div_ceil(BLOCK_SIZE);
     // f32: the oracle's keys and values are not rounded.
     let kv = KvCache::new(
-        model.config.n_layers,
+        model.plan.kv_layers(),
         model.config.n_kv_heads,
         model.config.head_dim,
         blocks,
@@ -71,6 +71,8 @@ pub fn greedy(
             .map(|p| Row {
                 token: prompt[p],
                 pos: p,
+                seq: 0,
+                keep: true,
                 table: &table,
                 logits: p == prompt.len() - 1,
                 tree: None,
@@ -91,6 +93,8 @@ pub fn greedy(
         let row = Row {
             token: t,
             pos: prompt.len() + i,
+            seq: 0,
+            keep: true,
             table: &table,
             logits: true,
             tree: None,
