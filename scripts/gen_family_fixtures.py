@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Generate tiny random checkpoints of thirteen decoder families, with transformers' logits as oracle.
+"""Generate tiny random checkpoints of fifteen decoder families, with transformers' logits as oracle.
 
 Output: crates/models/tests/fixtures/families/<family>/ for each family in FAMILIES
-(llama3, llama, qwen2, qwen3, gemma3, gemma2, mistral, phi3, and the mixtures of experts
-qwen3moe, qwen3moe_ties, mixtral, gpt-oss, olmoe):
+(llama3, llama, qwen2, qwen3, gemma3, gemma2, mistral, phi3, the mixtures of experts
+qwen3moe, qwen3moe_ties, mixtral, gpt-oss, olmoe, and the hybrid Gated DeltaNet families qwen35
+and qwen3next):
 
 - hf/config.json + hf/model.safetensors: a tiny checkpoint with random weights (float32, norm
   weights random too), saved by Hugging Face transformers' `save_pretrained`.
@@ -54,6 +55,7 @@ qwen3moe, qwen3moe_ties, mixtral, gpt-oss, olmoe):
     boundary gap asserted >= 5e-3 too).
   * `gpt_oss` (gpt-oss only): see below.
   * `olmoe` (olmoe only): see below.
+  * `gdn` (qwen35, qwen3next): see below.
 
 Shapes: hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab 256, 4 layers,
 max_position_embeddings 256; Gemma 3 has 6 layers, so that llama.cpp's implied pattern (every 6th
@@ -145,7 +147,55 @@ the clamp counts, the sink rule, the YaRN inverse frequencies (truncate false / 
 attention factor, the E2M1 table, both MXFP4 byte layouts and hf-mxfp4/'s config and tensors
 (mxfp4.hub_config, mxfp4.hub_tensors).
 
-Run (deterministic: a rerun rewrites identical files):
+Hybrid Gated DeltaNet families (transformers' qwen3_5 / qwen3_next modules, the torch
+implementations: fla and causal_conv1d are not installed, so prefill runs
+torch_chunk_gated_delta_rule, chunk 64, and causal_conv1d_fn), 4 layers with layer_types
+[linear_attention x 3, full_attention] (full_attention_interval 4, also written to config.json as
+the hub's configs have it), 4 heads / 2 KV heads / head_dim 16 in the full-attention layer with
+partial_rotary_factor 0.25 (4 rotary dims; rope_theta 1e4 so that both rotary pairs turn over 70
+positions), linear attention with 2 key heads and 4 value heads (each key head serves two value
+heads, so the value-head order matters), key / value head dims 16, conv kernel 4, rms_norm_eps
+1e-6, untied head, no MTP block (mtp_num_hidden_layers 0 for qwen35): the converter then needs
+convert_hf_to_gguf.py's --no-mtp (model class no_mtp = True; without mtp.* tensors it fails an
+assertion), so the GGUFs have block_count 4 and no nextn key. Init: the (1 + w) RMSNorms
+(input, post-attention, final, q_norm, k_norm) get w = N(0, 0.3), the gated output norm
+(plain w) N(1, 0.3), A_log = N(-2, 1), dt_bias N(0, 0.5), conv taps N(0, 0.4).
+- qwen35 (Qwen3_5ForCausalLM, model_type qwen3_5_text; GGUF arch qwen35): dense MLP
+  (intermediate 128), separate in_proj_qkv / in_proj_z / in_proj_b / in_proj_a, interleaved
+  M-RoPE sections [1, 1, 0] (= plain RoPE for text). The converter reorders every value-head
+  tensor from grouped to tiled (GGUF value head j*2 + g = HF value head g*2 + j).
+- qwen3next (Qwen3NextForCausalLM; GGUF arch qwen3next): fused in_proj_qkvz / in_proj_ba (per
+  key head [q | k | v (2 heads) | z (2 heads)] and [b (2) | a (2)]), split by the converter into
+  attn_qkv + attn_gate (value heads stay grouped) and kept as ssm_ba; every layer a mixture of
+  experts (8 experts top-2, moe_intermediate_size 32, norm_topk_prob true, router std 0.5; seed
+  169 of 150..184 has the widest top-k boundary, 0.0164) plus a shared expert (width 32) behind
+  sigmoid(shared_expert_gate x). Its `moe` section is the other mixtures'.
+The reloaded checkpoint's parameters get fresh (aligned) storage before the oracle runs: torch's
+CPU matmul of the [1, 64] shared_expert_gate weight rounds differently (1 ulp) at other
+alignments of the weight. logits.json's `gdn` section: the rules (text), the transformers
+functions that ran (and the source of l2norm and torch_recurrent_gated_delta_rule); the value-head
+order of each GGUF; `gguf_tensor_checks`: every GGUF tensor against its rule from the HF tensors
+(bitwise: +1 on the (1 + w) norms only, ssm_a = -exp(A_log), ssm_dt.bias = dt_bias, conv squeezed,
+the qkvz split, the tiled reorder); the MTP handling; `reimplementations_bitwise_equal`
+(transformers' delta rule call, gated norm, gated attention and shared-expert MoE block,
+reimplemented for the variants, give its outputs bit for bit); `chunked_vs_recurrent`
+(transformers' torch_recurrent_gated_delta_rule in place of the chunked form: max |diff| of the
+logits per sequence); `decode_vs_prefill` (transformers' own cached one-token-at-a-time decode
+against the prefill, 70-token sequence); `decay_and_beta_longest_sequence` (exp(g) and beta
+ranges per layer); `float64_gguf_reference`: an independent numpy float64 forward of model.gguf as
+llama.cpp's graphs read it (gdn.gguf_reference_logits) against the primary outputs, asserted
+< 1e-3 (measured up to 1.1e-4 for qwen35, 1.5e-4 for qwen3next: the float32 error of the oracle
+itself, larger than the dense families' because the gated norm divides by rms(o) of the delta
+rule's output), with its full logit rows for the first sequence. `sensitivity` adds: v heads
+tiled instead of grouped, recurrent state or conv state not carried (a decode step without
+them), conv taps reversed, (1 + w) norms as plain w, the gated norm as (1 + w), no decay, no
+dt_bias, ssm_a exponentiated again, no silu(z) gate / gate before the norm, no attention output
+gate, q_proj's [q | gate] read as two halves instead of per head, full instead of partial RoPE,
+and for qwen3next: no shared-expert gate, no shared expert, in_proj_qkvz / in_proj_ba read as
+contiguous [q|k|v|z] / [b|a], the routing ablations. Every one moves the logits by 2 to 28.
+
+Run (deterministic on one machine: a rerun rewrites identical files; torch's CPU kernels differ
+between processors, so on another machine logits.json can differ in the last float32 digits):
 
     python3 -m venv /tmp/oracle-venv
     /tmp/oracle-venv/bin/pip install torch transformers safetensors numpy sentencepiece protobuf

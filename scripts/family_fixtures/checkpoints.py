@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import torch
 
-from .families import COMMON, CONFIG_FIELDS, MOE_CONFIG_FIELDS, SEQ_LENS, SEQ_SEED, TOP_K, VOCAB
+from .families import COMMON, CONFIG_FIELDS, GDN_CONFIG_FIELDS, MOE_CONFIG_FIELDS, SEQ_LENS, SEQ_SEED, TOP_K, VOCAB
 
 def build_config(fam: dict, overrides: dict | None = None):
     import transformers
@@ -23,7 +23,8 @@ def build_config(fam: dict, overrides: dict | None = None):
 
 
 def init_weights(model: torch.nn.Module, fam: dict, gemma: bool) -> None:
-    """Overwrite every parameter from a generator seeded per family (order: sorted names)."""
+    """Overwrite every parameter from a generator seeded per family (order: sorted names).
+    `gemma`: the norms multiply by (1 + w) (Gemma, Qwen3.5, Qwen3-Next), so w is noise around 0."""
     init = fam["init"]
     gen = torch.Generator().manual_seed(fam["seed"])
     params = dict(model.named_parameters())  # tied parameters appear once
@@ -42,6 +43,16 @@ def init_weights(model: torch.nn.Module, fam: dict, gemma: bool) -> None:
                 p.copy_(noise * init["experts"])
             elif "experts_down" in init and name.endswith("experts.down_proj"):
                 p.copy_(noise * init["experts_down"])
+            # Gated DeltaNet's own parameters (qwen35, qwen3next)
+            elif "A_log" in init and name.endswith(".linear_attn.A_log"):
+                p.copy_(noise * init["A_log"][1] + init["A_log"][0])
+            elif "dt_bias" in init and name.endswith(".linear_attn.dt_bias"):
+                p.copy_(noise * init["dt_bias"])
+            elif "conv" in init and name.endswith(".linear_attn.conv1d.weight"):
+                p.copy_(noise * init["conv"])
+            elif name.endswith(".linear_attn.norm.weight"):
+                # the gated RMSNorm multiplies by w itself (not 1 + w): noise around 1
+                p.copy_(noise * init["norm"] + 1.0)
             elif p.ndim == 1 and "norm" in name:
                 p.copy_(noise * init["norm"] + (0.0 if gemma else 1.0))
             elif p.ndim == 1:
@@ -101,7 +112,7 @@ def summarize(logits: list[np.ndarray], full_first: bool) -> list[dict]:
 def config_fields(config, moe: bool = False) -> dict:
     d = config.to_dict()
     d["_attn_implementation"] = config._attn_implementation
-    fields = CONFIG_FIELDS + (MOE_CONFIG_FIELDS if moe else [])
+    fields = CONFIG_FIELDS + GDN_CONFIG_FIELDS + (MOE_CONFIG_FIELDS if moe else [])
     return {k: d[k] for k in fields if k in d}
 
 

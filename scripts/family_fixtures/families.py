@@ -79,6 +79,32 @@ GPT_OSS_SEED = 125
 # fewer expert pairs; below 5e-3 for 23 of the 34 seeds, 2.2e-4 with 158)
 OLMOE_SEED = 132
 
+# Qwen3.5 / Qwen3-Next (hybrid: Gated DeltaNet "linear attention" layers and gated full attention,
+# layer_types [linear, linear, linear, full] = full_attention_interval 4 as the real models). Two
+# linear key heads serve four value heads (each key head two value heads), so the value-head order
+# matters (transformers: v-head h reads k-head h // 2; the qwen35 GGUF stores the value heads
+# tiled, the qwen3next GGUF grouped). rope_theta 1e4 (the real models: 1e7) so that both rotary
+# pairs of the 4 rotary dims (head_dim 16 x partial_rotary_factor 0.25) turn visibly over 70
+# positions.
+GDN_COMMON = dict(
+    layer_types=["linear_attention"] * 3 + ["full_attention"],
+    full_attention_interval=4,  # as the hub's configs carry it beside layer_types
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    linear_conv_kernel_dim=4,
+    hidden_act="silu",
+    attention_bias=False,
+    tie_word_embeddings=False,
+)
+# init for both: "A_log" = (mean, std) of A_log (A = exp(A_log) in [0.05, 0.4] mostly, so that the
+# state decays by exp(g) ~ 0.8-0.97 per token and remembers tens of tokens), "dt_bias" = std,
+# "conv" = std of the depthwise conv taps; the (1 + w) RMSNorms (input / post-attention / final /
+# q_norm / k_norm) get w = std "norm" noise around 0, the gated norm of the linear-attention output
+# (a plain w) noise around 1.
+GDN_INIT = dict(w=0.15, emb=0.5, norm=0.3, A_log=[-2.0, 1.0], dt_bias=0.5, conv=0.4)
+
 # name -> (transformers class, seed, config kwargs, init stds, GGUF-reading overrides, ablations)
 # init: "w" = std of every matrix, "emb" = std of the embedding (and tied head), "norm" = std of
 # the norm weights around their neutral value (1, or 0 for Gemma's (1 + w) norms), "bias" = std
@@ -366,6 +392,74 @@ FAMILIES: dict[str, dict] = {
         # attention variants (olmoe_attention): sensitivity entries too
         attention_ablations=("qk_norm_per_head", "qk_norm_after_rope", "no_qk_norm"),
     ),
+    # Qwen3.5 dense text model (Qwen3_5ForCausalLM, model_type qwen3_5_text; GGUF arch qwen35).
+    # Interleaved M-RoPE sections [1, 1, 0] (the rotary pairs' t/h/w assignment; the hub's
+    # [11, 11, 10] are for 32 pairs): for text every section has the same position, so it is plain
+    # NeoX RoPE on the first 4 dims. No MTP block (mtp_num_hidden_layers 0): converted with
+    # --no-mtp (see gdn).
+    "qwen35": dict(
+        cls="Qwen3_5ForCausalLM",
+        seed=140,
+        config=dict(
+            **GDN_COMMON,
+            rope_parameters=dict(
+                rope_type="default",
+                rope_theta=10000.0,
+                partial_rotary_factor=0.25,
+                mrope_section=[1, 1, 0],
+                mrope_interleaved=True,
+            ),
+            mtp_num_hidden_layers=0,
+        ),
+        init=GDN_INIT,
+        zero_centred_norms=True,
+        gdn=dict(),
+        ablations={
+            "full_rope": dict(
+                rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0,
+                                     mrope_section=[4, 4, 0], mrope_interleaved=True)
+            ),
+        },
+    ),
+    # Qwen3-Next (Qwen3NextForCausalLM, GGUF arch qwen3next): the same layer pattern with the fused
+    # in_proj_qkvz / in_proj_ba projections, and a mixture of experts with a shared expert in every
+    # layer (8 experts top-2, moe_intermediate_size 32, shared expert 32 wide behind a sigmoid gate).
+    "qwen3next": dict(
+        cls="Qwen3NextForCausalLM",
+        # of seeds 150..184 the one with the widest top-k boundary: the narrowest gap between a
+        # position's 2nd and 3rd router logit is 0.0164 with seed 169 (below 5e-3 for 30 of the 35)
+        seed=169,
+        config=dict(
+            **GDN_COMMON,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        ),
+        init=dict(GDN_INIT, router=0.5),
+        zero_centred_norms=True,
+        moe=dict(
+            router_hf="model.layers.{L}.mlp.gate.weight",
+            experts_hf=dict(
+                gate="model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
+                up="model.layers.{L}.mlp.experts.{E}.up_proj.weight",
+                down="model.layers.{L}.mlp.experts.{E}.down_proj.weight",
+            ),
+            # Qwen3NextConfig has no num_local_experts alias: save_pretrained writes num_experts
+            hub_config_renames={},
+        ),
+        gdn=dict(),
+        ablations={
+            "full_rope": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0)),
+            "no_norm_topk_prob": dict(norm_topk_prob=False),
+            "top_k_1": dict(num_experts_per_tok=1),
+            "top_k_3": dict(num_experts_per_tok=3),
+        },
+    ),
 }
 
 # Config fields recorded in logits.json (those present in the family's config).
@@ -377,6 +471,11 @@ CONFIG_FIELDS = (
     "max_window_layers query_pre_attn_scalar attn_logit_softcapping final_logit_softcapping "
     "tie_word_embeddings attention_bias mlp_bias hidden_act hidden_activation bos_token_id "
     "eos_token_id pad_token_id _attn_implementation dtype"
+).split()
+# Also recorded for the hybrid (Gated DeltaNet) families (none of these is in another config).
+GDN_CONFIG_FIELDS = (
+    "full_attention_interval linear_num_key_heads linear_num_value_heads linear_key_head_dim "
+    "linear_value_head_dim linear_conv_kernel_dim mtp_num_hidden_layers"
 ).split()
 # Also recorded for the mixtures of experts (none of these is in a dense family's config).
 MOE_CONFIG_FIELDS = (

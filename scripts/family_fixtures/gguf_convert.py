@@ -32,7 +32,9 @@ def vocab_tokens(n: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def convert_to_gguf(hf_dir: Path, family: str, out_path: Path) -> None:
+def convert_to_gguf(hf_dir: Path, family: str, out_path: Path, no_mtp: bool = False) -> None:
+    """`no_mtp`: convert_hf_to_gguf.py's --no-mtp (the Qwen3-Next / Qwen3.5 converters otherwise
+    require MTP tensors: mtp_num_hidden_layers 0 and no mtp.* tensors fail an assertion)."""
     import gguf
     from conversion import ModelBase, ModelType, get_model_architecture, get_model_class
 
@@ -66,7 +68,11 @@ def convert_to_gguf(hf_dir: Path, family: str, out_path: Path) -> None:
             w.add_add_bos_token(True)
             w.add_add_eos_token(False)
 
-        patched = type(base.__name__, (base,), {"model_arch": base.model_arch, "set_vocab": set_vocab})
+        attrs = {"model_arch": base.model_arch, "set_vocab": set_vocab}
+        if no_mtp:
+            assert base.supports_mtp_export, base
+            attrs["no_mtp"] = True
+        patched = type(base.__name__, (base,), attrs)
         with torch.inference_mode():
             model = patched(
                 stage,
@@ -105,6 +111,12 @@ def gguf_summary(path: Path) -> dict:
 
 
 
+def n_experts(config) -> int:
+    """The expert count (Qwen3NextConfig has no num_local_experts alias of num_experts)."""
+    n = getattr(config, "num_local_experts", None)
+    return n if n is not None else config.num_experts
+
+
 def check_gguf_facts(name: str, summary: dict, config) -> None:
     """Fail loudly if the converter no longer does what gguf_reading assumes."""
     meta = summary["meta"]
@@ -115,15 +127,19 @@ def check_gguf_facts(name: str, summary: dict, config) -> None:
     if name == "phi3":
         assert meta["phi3.attention.sliding_window"] == 8
     if "expert_count" in " ".join(meta):
-        assert meta[f"{arch}.expert_count"] == config.num_local_experts
+        assert meta[f"{arch}.expert_count"] == n_experts(config)
         assert meta[f"{arch}.expert_used_count"] == config.num_experts_per_tok
-        # llama.cpp's qwen3moe and llama graphs renormalize the chosen weights unconditionally
-        # (build_moe_ffn(..., norm_w = true, ..., SOFTMAX)), its olmoe graph never does (norm_w =
-        # false): the GGUF carries no such flag.
+        # llama.cpp's qwen3moe, qwen3next and llama graphs renormalize the chosen weights
+        # unconditionally (build_moe_ffn(..., norm_w = true, ..., SOFTMAX)), its olmoe graph never
+        # does (norm_w = false): the GGUF carries no such flag.
         assert not any("weights_norm" in k or "gating_func" in k for k in meta), meta.keys()
     if name.startswith("qwen3moe"):
         assert arch == "qwen3moe", arch
         assert meta["qwen3moe.expert_feed_forward_length"] == config.moe_intermediate_size
+        assert config.norm_topk_prob
+    if name == "qwen3next":
+        assert arch == "qwen3next", arch
+        assert meta["qwen3next.expert_feed_forward_length"] == config.moe_intermediate_size
         assert config.norm_topk_prob
     if name == "mixtral":
         assert arch == "llama", arch
@@ -184,7 +200,7 @@ def compare_tensors(name: str, reader, hf_dir: Path, config, fam: dict) -> dict:
         res["q_equal_permuted"] = bool(np.array_equal(gq, permute(q, config.num_attention_heads)))
         res["k_equal"] = bool(np.array_equal(gk, k))
         res["k_equal_permuted"] = bool(np.array_equal(gk, permute(k, config.num_key_value_heads)))
-    if "blk.0.attn_qkv.weight" in g:
+    if "blk.0.attn_qkv.weight" in g and "model.layers.0.self_attn.qkv_proj.weight" in st:  # phi3
         qkv = st["model.layers.0.self_attn.qkv_proj.weight"]
         res["qkv_equal"] = bool(np.array_equal(g["blk.0.attn_qkv.weight"].reshape(qkv.shape), qkv))
         gu = st["model.layers.0.mlp.gate_up_proj.weight"]
@@ -199,7 +215,7 @@ def compare_tensors(name: str, reader, hf_dir: Path, config, fam: dict) -> dict:
             )
     if "moe" in fam and not fam["moe"].get("gpt_oss"):  # gpt-oss: gpt_oss_gguf_checks
         m = fam["moe"]
-        n_exp = config.num_local_experts
+        n_exp = n_experts(config)
         eq = dict(ffn_gate_inp_equal_router=True, ffn_gate_exps_equal_stacked_gate=True,
                   ffn_up_exps_equal_stacked_up=True, ffn_down_exps_equal_stacked_down=True)
         for layer in range(config.num_hidden_layers):

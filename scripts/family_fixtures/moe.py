@@ -160,8 +160,10 @@ def check_hub_format(table: dict, fam: dict, config) -> None:
     """save_pretrained must have written the hub's per-expert tensors (transformers 5 holds the
     experts fused in memory, as experts.gate_up_proj [E, 2F, H] and experts.down_proj [E, H, F],
     and converts back on saving)."""
+    from .gguf_convert import n_experts
+
     m = fam["moe"]
-    n_exp, hid = config.num_local_experts, config.hidden_size
+    n_exp, hid = n_experts(config), config.hidden_size
     ff = getattr(config, "moe_intermediate_size", None) or config.intermediate_size
     want = {}
     for layer in range(config.num_hidden_layers):
@@ -195,6 +197,12 @@ ROUTING = {
     "RMSNorm output); p = softmax(router logits) over all experts (float32); the k largest p by "
     "torch.topk; with norm_topk_prob the chosen p are divided by their sum (float32); "
     "mlp(x) = sum over the chosen e of w_e * down_e(silu(gate_e x) * up_e x)",
+    "Qwen3NextForCausalLM": "router logits = x @ mlp.gate.weight^T (float32, x = the post-attention "
+    "RMSNorm output); p = softmax(router logits) over all experts (float32); the k largest p by "
+    "torch.topk; with norm_topk_prob the chosen p are divided by their sum (float32); "
+    "mlp(x) = sum over the chosen e of w_e * down_e(silu(gate_e x) * up_e x) + "
+    "sigmoid(x @ mlp.shared_expert_gate.weight^T) * shared_expert(x), shared_expert(x) = "
+    "down(silu(gate x) * up x) of width shared_expert_intermediate_size",
     "MixtralForCausalLM": "router logits = x @ block_sparse_moe.gate.weight^T (float32); p = softmax(router "
     "logits) over all experts (float32); the k largest p by torch.topk; the chosen p are always divided "
     "by their sum (float32); mlp(x) = sum over the chosen e of w_e * w2_e(silu(w1_e x) * w3_e x)",

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use tf_core::DType;
 use tf_models::config::RopeScaling;
-use tf_models::synth::{write_synth_gguf, SynthSpec};
+use tf_models::synth::{write_synth_gguf, SynthDelta, SynthSpec};
 
 use crate::GlobalArgs;
 
@@ -16,7 +16,8 @@ use crate::GlobalArgs;
 pub struct SynthArgs {
     /// Shape to copy: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, llama3.2-1b (with
     /// its RoPE scaling), gemma3-270m, qwen3-30b-a3b (128 experts, 8 per token) or gpt-oss-20b
-    /// (MXFP4 experts, 32, 4 per token; Q8_0 elsewhere, as ggml-org's file).
+    /// (MXFP4 experts, 32, 4 per token; Q8_0 elsewhere, as ggml-org's file), qwen3.5-0.8b,
+    /// qwen3.5-2b or qwen3.5-4b (Gated DeltaNet hybrids).
     /// With q4_k_m, gpt-oss-20b keeps that mix (its width, 2880, takes no k-quant).
     #[arg(long, value_name = "MODEL")]
     pub like: String,
@@ -94,9 +95,32 @@ fn shape(like: &str) -> Result<(SynthSpec, bool)> {
             s.experts = Some((128, 8));
             (s, false)
         }
+        // Qwen3.5 dense: head 256 (64 rotary dims), [3 Gated DeltaNet, 1 gated attention] x n,
+        // 16 key heads of 128, conv 4 (the 4B's value heads map 2:1 onto key heads).
+        "qwen3.5-0.8b" | "qwen3.5-2b" | "qwen3.5-4b" => {
+            let (d, layers, heads, kv, hv, ffn, tied) = match like {
+                "qwen3.5-0.8b" => (1024, 24, 8, 2, 16, 3584, true),
+                "qwen3.5-2b" => (2048, 24, 8, 2, 16, 6144, true),
+                _ => (2560, 32, 16, 4, 32, 9216, true),
+            };
+            let mut s = SynthSpec::shaped(
+                "qwen35", layers, d, heads, kv, 256, ffn, 248320, 262144, 1e7, f32,
+            );
+            s.rope_dim = Some(64);
+            s.delta = Some(SynthDelta {
+                k_heads: 16,
+                v_heads: hv,
+                dk: 128,
+                dv: 128,
+                kernel: 4,
+                interval: 4,
+            });
+            (s, tied)
+        }
         other => bail!(
             "unknown --like {other:?}: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, smollm2-135m, \
-             llama3.2-1b, gemma3-270m, qwen3-30b-a3b or gpt-oss-20b"
+             llama3.2-1b, gemma3-270m, qwen3-30b-a3b, gpt-oss-20b, qwen3.5-0.8b, qwen3.5-2b or \
+             qwen3.5-4b"
         ),
     })
 }

@@ -250,7 +250,9 @@ impl ModelConfig {
                     name: "token_embd.weight".into(),
                 })?,
         };
-        let n_layers = u("block_count")?;
+        // Converters count a multi-token-prediction layer in `block_count` and name how many
+        // in `nextn_predict_layers`; the decoder is the layers before them.
+        let n_layers = u("block_count")?.saturating_sub(u_or("nextn_predict_layers", 0)?);
         let rope_scaling = match g.get(&key("rope.scaling.type")) {
             None => RopeScaling::None,
             Some(_) => match g.get_str(&key("rope.scaling.type"))? {
@@ -345,7 +347,12 @@ impl ModelConfig {
                     // qwen35 converters reorder value heads into tiled order; qwen3next's
                     // keep transformers' grouped one.
                     tiled: family.name == "qwen35",
-                    attention: DeltaConfig::every(u("full_attention_interval")?, n_layers),
+                    attention: match g.get(&key("attention.recurrent_layers")) {
+                        Some(MetaValue::Array(a)) => (a.iter().take(n_layers))
+                            .map(|v| !matches!(v, MetaValue::Bool(true)))
+                            .collect(),
+                        _ => DeltaConfig::every(u("full_attention_interval")?, n_layers),
+                    },
                 }),
             },
         };

@@ -241,6 +241,20 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
     if let Some(r) = spec.rope_dim {
         w.meta(&format!("{a}.rope.dimension_count"), u(r));
     }
+    if a == "qwen35" {
+        // Qwen3.5's multimodal RoPE sections (llama.cpp requires them); a text position is the
+        // same in every section, so they change nothing here.
+        let pairs = spec.rope_dim.unwrap_or(spec.head_dim) / 2;
+        let sections = match pairs {
+            32 => [11, 11, 10, 0],
+            p => [p - 2 * (p / 3), p / 3, p / 3, 0],
+        };
+        let arr = sections.iter().map(|&v| MetaValue::I32(v as i32)).collect();
+        w.meta(
+            &format!("{a}.rope.dimension_sections"),
+            MetaValue::Array(arr),
+        );
+    }
     if let Some(dn) = spec.delta {
         w.meta(&format!("{a}.ssm.conv_kernel"), u(dn.kernel));
         w.meta(&format!("{a}.ssm.state_size"), u(dn.dk));
