@@ -101,6 +101,12 @@ pub fn build(
             DraftModel::with_runner(draft).with_window(global.draft_window),
         ));
     }
+    // The target's own multi-token-prediction head (CPU), where its file has one.
+    let mtp = target.weights().mtp.is_some() && global.mtp == crate::Switch::On;
+    if mtp && !backend.is_gpu() {
+        let head = tf_engine::proposer::Mtp::new(target.clone(), pool.clone(), blocks);
+        engine.add_draft_model(Box::new(head));
+    }
     let calibration = engine.calibrate().context("measuring the forward cost")?;
     Ok(Lanes {
         engine,

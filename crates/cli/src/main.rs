@@ -80,6 +80,11 @@ pub struct GlobalArgs {
     /// (the draft guesses from those alone); 0 runs every token. Only speed changes.
     #[arg(long, value_name = "N", default_value_t = tf_engine::proposer::DEFAULT_WINDOW, global = true)]
     pub draft_window: usize,
+    /// Draft with the model's own multi-token-prediction head where its file has one (Qwen3.5,
+    /// Qwen3-Next GGUF conversions), weighed by the cost model like any drafter; `off` never
+    /// runs it. Only speed changes.
+    #[arg(long, value_enum, default_value = "on", global = true)]
+    pub mtp: Switch,
     /// How the KV cache stores keys and values: `bf16` (2 bytes a value), `q8_0` (1 byte, and
     /// a scale per 32 values) or `f32` (4 bytes). Every format gives exact replies (drafted ==
     /// serial, resumed == fresh); replies in different formats may differ.
@@ -91,6 +96,13 @@ pub struct GlobalArgs {
 fn parse_kv_type(s: &str) -> Result<tf_kernels::kv::KvFormat, String> {
     tf_kernels::kv::KvFormat::parse(s)
         .ok_or_else(|| format!("unknown KV type '{s}': use bf16, q8_0 or f32"))
+}
+
+/// On or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// What a CPU draft model's weights become at load (`--draft-quant`).

@@ -154,6 +154,10 @@ pub struct Engine {
     spill: Option<SpillStore>,
     /// The last forward's logits or greedy ids, kept so that each round reuses the buffers.
     out: RoundOut,
+    /// A proposer reads the target's hidden states (the runner keeps them), and the last
+    /// round's row count.
+    feed_hidden: bool,
+    round_rows: usize,
 }
 
 impl Engine {
@@ -186,6 +190,8 @@ impl Engine {
             salt,
             spill: None,
             out: RoundOut::default(),
+            feed_hidden: false,
+            round_rows: 0,
         }
     }
 
@@ -198,6 +204,9 @@ impl Engine {
     /// Adds a proposer that runs a model (a draft model).
     pub fn add_draft_model(&mut self, p: Box<dyn Proposer>) {
         self.cost.set_prior(p.id(), DRAFT_MODEL_PRIOR);
+        if p.takes_hidden() && self.runner.keep_hidden(true) {
+            self.feed_hidden = true;
+        }
         self.models.push(p);
     }
 
@@ -404,6 +413,7 @@ impl Engine {
         self.times.add(times::Part::Schedule, t_schedule, None);
         let rows = build_rows(&self.running, &plans);
         let total_rows = rows.len();
+        self.round_rows = total_rows;
         self.prefilled += plans.iter().map(|p| p.catch_up.len() as u64).sum::<u64>();
         let t = Instant::now();
         let t_forward = self.times.start();

@@ -90,6 +90,16 @@ pub trait Runner: Send {
     fn recurrent(&self) -> bool {
         false
     }
+    /// Keep every row's final hidden state after each forward (for a multi-token-prediction
+    /// head); false if this runner cannot.
+    fn keep_hidden(&mut self, _on: bool) -> bool {
+        false
+    }
+    /// The last forward's final hidden states, `d_model` values a row in row order (empty when
+    /// not kept).
+    fn hidden(&self) -> &[f32] {
+        &[]
+    }
     /// What the keys and values of a token prefix depend on besides the tokens (model, kernels):
     /// the prefix cache only reuses blocks written under the same salt.
     fn cache_salt(&self) -> BlockHash {
@@ -158,6 +168,8 @@ pub struct ModelRunner {
     kv: KvCache,
     /// Recurrent layers' states, for a model that has them.
     states: Option<StateCache>,
+    /// The last forward's final hidden states, when kept (`keep_hidden`).
+    hidden: Option<Vec<f32>>,
     pool: Arc<ThreadPool>,
     context_len: usize,
     /// Output-head columns computed (`None`: all); see [`ModelRunner::with_head`].
@@ -200,6 +212,7 @@ impl ModelRunner {
             model,
             kv,
             states,
+            hidden: None,
             pool,
             context_len,
             head: None,
@@ -238,9 +251,15 @@ impl Runner for ModelRunner {
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<f32>, EngineError> {
         let head = self.head.as_deref();
         let states = self.states.as_mut();
-        Ok(self
-            .model
-            .forward_states(&self.pool, rows, &mut self.kv, states, head)?)
+        let hidden = self.hidden.as_mut();
+        Ok((self.model).forward_hidden(&self.pool, rows, &mut self.kv, states, head, hidden)?)
+    }
+    fn keep_hidden(&mut self, on: bool) -> bool {
+        self.hidden = on.then(Vec::new);
+        true
+    }
+    fn hidden(&self) -> &[f32] {
+        self.hidden.as_deref().unwrap_or(&[])
     }
     fn copy_slots(&mut self, seq: SeqId, table: &[tf_core::BlockId], moves: &[(usize, usize)]) {
         for &(from, to) in moves {

@@ -14,6 +14,7 @@ use common::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tf_core::{DType, TokenId};
+use tf_engine::proposer::{Mtp, Proposer};
 use tf_engine::runner::{ModelRunner, Runner, TreeRow};
 use tf_engine::spill::SpillStore;
 use tf_engine::{EngineConfig, Request};
@@ -24,9 +25,14 @@ use tf_models::{Model, Row};
 use tf_weights::GgufFile;
 
 fn tiny(arch: &'static str, seed: u64, layers: usize, delta: bool) -> Arc<Model> {
+    tiny_with(arch, seed, layers, delta, false)
+}
+
+fn tiny_with(arch: &'static str, seed: u64, layers: usize, delta: bool, mtp: bool) -> Arc<Model> {
     let mut spec = SynthSpec::tiny(arch, DType::Q8_0);
     spec.seed = seed;
     spec.n_layers = layers;
+    spec.mtp = mtp;
     if delta {
         spec.rope_dim = Some(16);
         spec.delta = Some(SynthDelta {
@@ -305,4 +311,75 @@ fn rejected_guesses_leave_no_trace_and_tree_branches_commit_exactly() {
     r.release(1);
     let again = r.forward(&[row(1, &table, 0, tokens[0], true)]).unwrap();
     assert_eq!(bits(&again), bits(want_row(0)));
+}
+
+/// The model's own multi-token-prediction head as the drafter: replies equal the serial ones
+/// (the head guesses from the target's hidden states of committed rows, chained), and its
+/// guesses were verified.
+#[test]
+fn the_mtp_head_drafts_and_replies_equal_serial() {
+    let target = tiny_with("qwen35", 73, 4, true, true);
+    assert!(target.weights().mtp.is_some() && target.plan.mtp.is_some());
+    let mut drafted = 0;
+    for sampled in [false, true] {
+        for seed in 1..3u64 {
+            let req = request(40 + seed, sampled, 30 + 23 * seed as usize, 40);
+            let want = serial(&target, &req);
+            for min_drafts in [0, 3] {
+                let mut b = bench_with(
+                    &target,
+                    2,
+                    drafting(min_drafts),
+                    KV_POSITIONS,
+                    |pool, blocks| {
+                        Some(Box::new(Mtp::new(target.clone(), pool, blocks)) as Box<dyn Proposer>)
+                    },
+                );
+                let got = run_all(&mut b, vec![(0, req.clone())]).pop().unwrap();
+                let what = format!("seed {seed} sampled {sampled} min_drafts {min_drafts}");
+                assert_same(&got, &want, &what);
+                drafted += source(&got.receipt, "mtp").0;
+            }
+        }
+    }
+    assert!(drafted > 0, "the head guessed nothing");
+}
+
+/// The head's rows are row-exact: its catch-up over a prompt in one call or one row at a time
+/// gives the same bits.
+#[test]
+fn the_mtp_head_is_row_exact() {
+    let target = tiny_with("qwen35", 74, 4, true, true);
+    let pool = ThreadPool::new(2);
+    let (d, vocab) = (target.config.d_model, target.config.vocab);
+    let tokens = prompt(9, 33);
+    let table: Vec<u32> = (0..3).collect();
+    let mut r = ModelRunner::new(target.clone(), Arc::new(ThreadPool::new(2)), 48, CONTEXT);
+    assert!(r.keep_hidden(true));
+    let rows: Vec<Row> = (0..32)
+        .map(|p| row(1, &table, p, tokens[p], true))
+        .collect();
+    r.forward(&rows).unwrap();
+    let hidden = r.hidden().to_vec();
+    assert_eq!(hidden.len(), 32 * d);
+    let mtp_rows: Vec<Row> = (0..32)
+        .map(|p| row(1, &table, p, tokens[p + 1], true))
+        .collect();
+    let mut kv = tf_kernels::kv::KvCache::new(1, 2, 64, 3, tf_kernels::kv::KvFormat::Bf16);
+    let (whole, out) = target
+        .forward_mtp(&pool, &mtp_rows, &hidden, &mut kv)
+        .unwrap();
+    let mut kv = tf_kernels::kv::KvCache::new(1, 2, 64, 3, tf_kernels::kv::KvFormat::Bf16);
+    for (p, one) in mtp_rows.iter().enumerate() {
+        let h = &hidden[p * d..(p + 1) * d];
+        let (l, o) = target
+            .forward_mtp(&pool, std::slice::from_ref(one), h, &mut kv)
+            .unwrap();
+        assert_eq!(
+            bits(&l),
+            bits(&whole[p * vocab..(p + 1) * vocab]),
+            "row {p}"
+        );
+        assert_eq!(bits(&o), bits(&out[p * d..(p + 1) * d]), "hidden {p}");
+    }
 }

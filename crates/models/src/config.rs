@@ -201,6 +201,9 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Gated DeltaNet layers among the attention layers.
     pub delta: Option<DeltaConfig>,
+    /// Multi-token-prediction layers after the decoder (GGUF `nextn_predict_layers`); the first
+    /// one is loaded as a drafter.
+    pub mtp_layers: usize,
 }
 
 impl ModelConfig {
@@ -252,7 +255,8 @@ impl ModelConfig {
         };
         // Converters count a multi-token-prediction layer in `block_count` and name how many
         // in `nextn_predict_layers`; the decoder is the layers before them.
-        let n_layers = u("block_count")?.saturating_sub(u_or("nextn_predict_layers", 0)?);
+        let mtp_layers = u_or("nextn_predict_layers", 0)?;
+        let n_layers = u("block_count")?.saturating_sub(mtp_layers);
         let rope_scaling = match g.get(&key("rope.scaling.type")) {
             None => RopeScaling::None,
             Some(_) => match g.get_str(&key("rope.scaling.type"))? {
@@ -355,6 +359,7 @@ impl ModelConfig {
                     },
                 }),
             },
+            mtp_layers,
         };
         cfg.validate(&src)?;
         Ok(cfg)
@@ -481,6 +486,8 @@ impl ModelConfig {
             final_softcap: f_opt("final_logit_softcapping"),
             moe: hf_moe(config, family, src)?,
             delta: hf_delta(config, family, n_layers, src)?,
+            // Hugging Face checkpoints' MTP tensors are not read (GGUF conversions carry them).
+            mtp_layers: 0,
         };
         cfg.validate(src)?;
         Ok(cfg)

@@ -30,6 +30,8 @@ pub enum ModelError {
     StateUnavailable { seq: u64, pos: usize },
     #[error("the model has recurrent layers: run it with a state cache (Model::state_cache)")]
     NoStateCache,
+    #[error("the model has no multi-token-prediction head")]
+    NoMtp,
     #[error(transparent)]
     Weights(#[from] tf_weights::WeightsError),
 }

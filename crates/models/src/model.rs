@@ -272,7 +272,12 @@ impl Model {
                 })
                 .sum(),
         };
-        self.weight_bytes() - embed - idle_experts
+        // The multi-token-prediction layer runs only when it drafts.
+        let mtp: usize = (w.layers.iter().skip(self.plan.layers.len()))
+            .map(|l| l.matrices().iter().map(|m| m.data.len()).sum::<usize>())
+            .sum::<usize>()
+            + w.mtp.as_ref().map_or(0, |m| m.eh_proj.data.len());
+        self.weight_bytes() - embed - idle_experts - mtp
     }
 
     /// [`bytes_per_token`](Model::bytes_per_token) when the output head reads only the columns

@@ -84,6 +84,9 @@ pub struct Plan {
     pub layers: Vec<LayerPlan>,
     /// `cap * tanh(logit / cap)` on the output logits.
     pub final_softcap: Option<f32>,
+    /// The multi-token-prediction layer (weights: the layer after the decoder's), full
+    /// attention over its own one-layer KV cache.
+    pub mtp: Option<LayerPlan>,
 }
 
 impl Plan {
@@ -113,7 +116,7 @@ impl Plan {
             });
         }
         let (mut kv, mut state) = (0, 0);
-        let layers = (0..cfg.n_layers)
+        let layers: Vec<LayerPlan> = (0..cfg.n_layers)
             .map(|l| {
                 let slide = cfg.layer_slides(l);
                 let mixer = match &cfg.delta {
@@ -154,11 +157,22 @@ impl Plan {
                 }
             })
             .collect();
+        let mtp = (cfg.mtp_layers > 0).then(|| LayerPlan {
+            mixer: Mixer::Attention { kv: 0 },
+            window: None,
+            rope: 0,
+            ..layers
+                .iter()
+                .find(|l: &&LayerPlan| matches!(l.mixer, Mixer::Attention { .. }))
+                .cloned()
+                .unwrap_or_else(|| layers[0].clone())
+        });
         Plan {
             embed_scale: fam.embed_scale.then(|| (cfg.d_model as f32).sqrt()),
             ropes,
             layers,
             final_softcap: cfg.final_softcap,
+            mtp,
         }
     }
 

@@ -50,6 +50,9 @@ pub struct SynthSpec {
     pub rope_dim: Option<usize>,
     /// Gated DeltaNet layers (families that have them, e.g. `qwen35`); default: none.
     pub delta: Option<SynthDelta>,
+    /// A multi-token-prediction layer after the decoder, as converters write it (`block_count`
+    /// counts it, `nextn_predict_layers` says so); default: none.
+    pub mtp: bool,
 }
 
 /// The linear-attention shape of a synthetic hybrid model: every `interval`-th layer is full
@@ -92,6 +95,7 @@ impl SynthSpec {
             yarn: None,
             rope_dim: None,
             delta: None,
+            mtp: false,
         }
     }
 
@@ -203,7 +207,13 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
     w.meta("general.architecture", MetaValue::String(a.to_string()));
     w.meta("general.name", MetaValue::String(format!("synthetic {a}")));
     let u = |v: usize| MetaValue::U32(v as u32);
-    w.meta(&format!("{a}.block_count"), u(spec.n_layers));
+    w.meta(
+        &format!("{a}.block_count"),
+        u(spec.n_layers + usize::from(spec.mtp)),
+    );
+    if spec.mtp {
+        w.meta(&format!("{a}.nextn_predict_layers"), u(1));
+    }
     w.meta(&format!("{a}.embedding_length"), u(spec.d_model));
     w.meta(&format!("{a}.feed_forward_length"), u(spec.ffn_dim));
     w.meta(&format!("{a}.attention.head_count"), u(spec.n_heads));
@@ -310,8 +320,19 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
     if let Some(t) = spec.output_dtype {
         tensor(p, "output.weight", &[d, spec.vocab], t);
     }
-    for i in 0..spec.n_layers {
+    for i in 0..spec.n_layers + usize::from(spec.mtp) {
         let n = |s: &str| format!("blk.{i}.{s}");
+        if i == spec.n_layers {
+            tensor(
+                p,
+                &n("nextn.eh_proj.weight"),
+                &[2 * d, d],
+                spec.matrix_dtype,
+            );
+            norm(p, &n("nextn.enorm.weight"), d);
+            norm(p, &n("nextn.hnorm.weight"), d);
+            norm(p, &n("nextn.shared_head_norm.weight"), d);
+        }
         norm(p, &n("attn_norm.weight"), d);
         norm(p, &n(fam.gguf_ffn_norm), d);
         if fam.post_norms {
@@ -320,7 +341,7 @@ fn metadata_and_plan(spec: &SynthSpec) -> (GgufWriter, Vec<Planned>) {
         }
         let recurrent = spec
             .delta
-            .filter(|dn| !(i + 1).is_multiple_of(dn.interval.max(1)));
+            .filter(|dn| i < spec.n_layers && !(i + 1).is_multiple_of(dn.interval.max(1)));
         if let Some(dn) = recurrent {
             let (hv, vw) = (dn.v_heads, dn.v_heads * dn.dv);
             let ch = 2 * dn.k_heads * dn.dk + vw;

@@ -87,6 +87,46 @@ fn row_keys<'a>(rows: &'a [Row<'a>], window: Option<usize>) -> Vec<RowKeys<'a>> 
         .collect()
 }
 
+impl<'a> CpuPass<'a> {
+    /// A pass over `rows` with its buffers.
+    fn new(
+        model: &'a Model,
+        pool: &'a ThreadPool,
+        rows: &'a [Row<'a>],
+        kv: &'a mut KvCache,
+        states: Option<&'a mut StateCache>,
+    ) -> CpuPass<'a> {
+        let cfg = &model.config;
+        let m = rows.len();
+        // A mixture of experts keeps its own buffers (per expert).
+        let f = if cfg.moe.is_some() { 0 } else { cfg.ffn_dim };
+        let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+        let gated = model.plan.layers.iter().any(|l| l.attn_gate);
+        let g = if gated { m * qd } else { 0 };
+        CpuPass {
+            model,
+            pool,
+            rows,
+            kv,
+            states,
+            panels: model.panels(),
+            full_keys: row_keys(rows, None),
+            x: vec![0f32; m * d],
+            h: vec![0f32; m * d],
+            q: vec![0f32; m * qd],
+            qg: vec![0f32; 2 * g],
+            gates: vec![0f32; g],
+            k: vec![0f32; m * kvd],
+            v: vec![0f32; m * kvd],
+            att: vec![0f32; m * qd],
+            o: vec![0f32; m * d],
+            gate: vec![0f32; m * f],
+            up: vec![0f32; m * f],
+            act: vec![0f32; m * f],
+        }
+    }
+}
+
 /// The attention weights of an attention layer (the plan and the weights bind them together).
 fn attn_of<'w>(lw: &'w crate::weights::LayerWeights<'w>) -> &'w Attention<'w> {
     lw.attention()
@@ -303,8 +343,23 @@ impl Model {
         pool: &ThreadPool,
         rows: &[Row],
         kv: &mut KvCache,
+        states: Option<&mut StateCache>,
+        head: Option<&[std::ops::Range<usize>]>,
+    ) -> Result<Vec<f32>> {
+        self.forward_hidden(pool, rows, kv, states, head, None)
+    }
+
+    /// [`forward_states`](Model::forward_states) that also leaves in `hidden` every row's final
+    /// hidden state (after the output norm), `d_model` values a row: what a multi-token-
+    /// prediction head reads ([`forward_mtp`](Model::forward_mtp)).
+    pub fn forward_hidden(
+        &self,
+        pool: &ThreadPool,
+        rows: &[Row],
+        kv: &mut KvCache,
         mut states: Option<&mut StateCache>,
         head: Option<&[std::ops::Range<usize>]>,
+        hidden: Option<&mut Vec<f32>>,
     ) -> Result<Vec<f32>> {
         for r in rows {
             self.check_row(r)?;
@@ -314,34 +369,7 @@ impl Model {
             None if !self.plan.recurrent().is_empty() => return Err(ModelError::NoStateCache),
             None => {}
         }
-        let cfg = &self.config;
-        let m = rows.len();
-        // A mixture of experts keeps its own buffers (per expert).
-        let f = if cfg.moe.is_some() { 0 } else { cfg.ffn_dim };
-        let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
-        let gated = self.plan.layers.iter().any(|l| l.attn_gate);
-        let g = if gated { m * qd } else { 0 };
-        let mut pass = CpuPass {
-            model: self,
-            pool,
-            rows,
-            kv,
-            states,
-            panels: self.panels(),
-            full_keys: row_keys(rows, None),
-            x: vec![0f32; m * d],
-            h: vec![0f32; m * d],
-            q: vec![0f32; m * qd],
-            qg: vec![0f32; 2 * g],
-            gates: vec![0f32; g],
-            k: vec![0f32; m * kvd],
-            v: vec![0f32; m * kvd],
-            att: vec![0f32; m * qd],
-            o: vec![0f32; m * d],
-            gate: vec![0f32; m * f],
-            up: vec![0f32; m * f],
-            act: vec![0f32; m * f],
-        };
+        let mut pass = CpuPass::new(self, pool, rows, kv, states);
         let walked = walk(&self.plan, &mut pass);
         if let Some(st) = pass.states.as_deref_mut() {
             match walked {
@@ -350,7 +378,83 @@ impl Model {
             }
         }
         walked?;
+        if let Some(out) = hidden {
+            out.clear();
+            out.resize(pass.x.len(), 0.0);
+            norm_rows(self, &pass.x, &self.weights.norm, out);
+        }
         Ok(self.output_head(pool, rows, &pass.x, pass.panels, head))
+    }
+
+    /// The multi-token-prediction head over `rows` (each a token at its position), each with
+    /// `hidden` (`d_model` values a row) the model's final hidden state at the position before
+    /// it, as [`forward_hidden`](Model::forward_hidden) leaves it (or the head's own from its
+    /// previous row, for a chain of guesses). Keys and values go to `kv`, a one-layer cache.
+    /// Returns the logits of the rows that want them and every row's output hidden state (the
+    /// input of the next guess).
+    pub fn forward_mtp(
+        &self,
+        pool: &ThreadPool,
+        rows: &[Row],
+        hidden: &[f32],
+        kv: &mut KvCache,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (Some(mw), Some(lp)) = (&self.weights.mtp, &self.plan.mtp) else {
+            return Err(ModelError::NoMtp);
+        };
+        for r in rows {
+            self.check_row(r)?;
+        }
+        let (d, m, level) = (self.config.d_model, rows.len(), self.level);
+        assert_eq!(hidden.len(), m * d, "one hidden state a row");
+        let mut cat = vec![0f32; m * 2 * d];
+        let mut e = vec![0f32; d];
+        for (r, row) in rows.iter().enumerate() {
+            let bytes = (self.weights.embed.row(row.token as usize)).expect("token checked");
+            tf_weights::dequantize_row(self.weights.embed.dtype, bytes, &mut e);
+            let (ce, ch) = cat[r * 2 * d..(r + 1) * 2 * d].split_at_mut(d);
+            rms_norm(level, &e, &mw.enorm, self.config.norm_eps, ce);
+            rms_norm(
+                level,
+                &hidden[r * d..(r + 1) * d],
+                &mw.hnorm,
+                self.config.norm_eps,
+                ch,
+            );
+        }
+        let layer = self.plan.layers.len();
+        let mut pass = CpuPass::new(self, pool, rows, kv, None);
+        let cx = Activations::new(level, &cat, m, 2 * d);
+        matmul(pool, &mw.eh_proj, &cx, &mut pass.x);
+        norm_rows(
+            self,
+            &pass.x,
+            &self.weights.layers[layer].attn_norm,
+            &mut pass.h,
+        );
+        pass.qkv(layer, lp)?;
+        pass.attention(layer, lp)?;
+        pass.attn_out(layer, lp)?;
+        pass.mlp(layer, lp, true)?;
+        let mut out = vec![0f32; m * d];
+        norm_rows(self, &pass.x, &mw.head_norm, &mut out);
+        let want: Vec<usize> = (0..m).filter(|&r| rows[r].logits).collect();
+        let mut hs = Vec::with_capacity(want.len() * d);
+        for &r in &want {
+            hs.extend_from_slice(&out[r * d..(r + 1) * d]);
+        }
+        let vocab = self.config.vocab;
+        let mut logits = vec![0f32; want.len() * vocab];
+        if !want.is_empty() {
+            let hx = Activations::new(level, &hs, want.len(), d);
+            let head = match &mw.head {
+                Some(h) => *h,
+                None => with_panel(&self.weights.output, Some(&pass.panels.output)),
+            };
+            matmul(pool, &head, &hx, &mut logits);
+            soft_cap(&mut logits, self.plan.final_softcap);
+        }
+        Ok((logits, out))
     }
 
     /// Final norm and output head over the rows that want logits, then the plan's soft-cap.

@@ -149,6 +149,21 @@ pub struct Weights<'a> {
     /// Per-pair divisors of the rotary frequencies stored in the file (Llama 3.x GGUF
     /// `rope_freqs.weight`).
     pub rope_freqs: Option<Vec<f32>>,
+    /// The multi-token-prediction head (its layer is the last of `layers`).
+    pub mtp: Option<MtpWeights<'a>>,
+}
+
+/// A multi-token-prediction head (Qwen3.5, Qwen3-Next): from a token's embedding and the
+/// model's final hidden state at the position before it, one more decoder layer predicts the
+/// token after: `eh_proj([enorm(embed) | hnorm(hidden)])`, the layer, `head_norm`, the head.
+pub struct MtpWeights<'a> {
+    /// `2 d_model -> d_model`: the normed embedding first, then the normed hidden state.
+    pub eh_proj: WeightMatrix<'a>,
+    pub enorm: Vec<f32>,
+    pub hnorm: Vec<f32>,
+    pub head_norm: Vec<f32>,
+    /// Its own output head, where the file has one (else the model's).
+    pub head: Option<WeightMatrix<'a>>,
 }
 
 pub(crate) struct Binder<'a> {
@@ -510,6 +525,56 @@ impl<'a> Binder<'a> {
             .collect())
     }
 
+    /// Layer `i`: its norms, its mixer (a Gated DeltaNet layer where `recurrent`, attention
+    /// otherwise) and its feed-forward.
+    fn layer(
+        &self,
+        naming: Naming,
+        i: usize,
+        cfg: &ModelConfig,
+        recurrent: bool,
+    ) -> Result<LayerWeights<'a>> {
+        let fam = cfg.family;
+        let (d, f) = (cfg.d_model, cfg.ffn_dim);
+        let off = naming == Naming::Hf && fam.hf_norm_offset;
+        let n = |w: &str| naming.layer(i, w, fam);
+        let mixer = match &cfg.delta {
+            Some(dn) if recurrent => MixerWeights::DeltaNet(self.delta(naming, i, cfg, dn)?),
+            _ => MixerWeights::Attention(self.attention(naming, i, cfg)?),
+        };
+        let ffn = match &cfg.moe {
+            Some(moe) => {
+                let mut x = self.experts(naming, i, fam, d, moe)?;
+                if let Some(w) = moe.shared_ffn {
+                    x.shared = Some(self.shared_expert(naming, i, d, w)?);
+                }
+                Ffn::Moe(x)
+            }
+            None if fam.fused => {
+                let gu = self.split(&n("ffn_up.weight"), d, &[f, f])?;
+                Ffn::Dense(Mlp {
+                    gate: gu[0],
+                    up: gu[1],
+                    down: self.matrix(&n("ffn_down.weight"), f, d)?,
+                })
+            }
+            None => Ffn::Dense(Mlp {
+                gate: self.matrix(&n("ffn_gate.weight"), d, f)?,
+                up: self.matrix(&n("ffn_up.weight"), d, f)?,
+                down: self.matrix(&n("ffn_down.weight"), f, d)?,
+            }),
+        };
+        let post = fam.post_norms;
+        Ok(LayerWeights {
+            attn_norm: self.norm(&n("attn_norm.weight"), d, off)?,
+            mixer,
+            ffn_norm: self.norm(&n(fam.gguf_ffn_norm), d, off)?,
+            post_attn_norm: self.opt_norm(&n("post_attention_norm.weight"), d, post, off)?,
+            post_ffn_norm: self.opt_norm(&n("post_ffw_norm.weight"), d, post, off)?,
+            ffn,
+        })
+    }
+
     /// Layer `i`'s attention: q (with each head's gate, for gated attention), k, v, o, and
     /// the family's biases, sinks and q/k norms.
     fn attention(&self, naming: Naming, i: usize, cfg: &ModelConfig) -> Result<Attention<'a>> {
@@ -575,7 +640,7 @@ pub fn bind<'a>(
     cfg: &ModelConfig,
 ) -> Result<Weights<'a>> {
     let b = Binder { src, arena };
-    let (d, f) = (cfg.d_model, cfg.ffn_dim);
+    let d = cfg.d_model;
     let embed = b.view(naming.global("embed"), &[d, cfg.vocab])?;
     let (output, tied_output) = match src.tensor(naming.global("output")) {
         Some(_) => (b.matrix(naming.global("output"), d, cfg.vocab)?, false),
@@ -587,43 +652,29 @@ pub fn bind<'a>(
     // the first missing tensor ends the loop).
     let mut layers = Vec::new();
     for i in 0..cfg.n_layers {
-        let n = |w: &str| naming.layer(i, w, fam);
-        let mixer = match &cfg.delta {
-            Some(dn) if !dn.attention[i] => MixerWeights::DeltaNet(b.delta(naming, i, cfg, dn)?),
-            _ => MixerWeights::Attention(b.attention(naming, i, cfg)?),
-        };
-        let ffn = match &cfg.moe {
-            Some(moe) => {
-                let mut x = b.experts(naming, i, fam, d, moe)?;
-                if let Some(w) = moe.shared_ffn {
-                    x.shared = Some(b.shared_expert(naming, i, d, w)?);
-                }
-                Ffn::Moe(x)
-            }
-            None if fam.fused => {
-                let gu = b.split(&n("ffn_up.weight"), d, &[f, f])?;
-                Ffn::Dense(Mlp {
-                    gate: gu[0],
-                    up: gu[1],
-                    down: b.matrix(&n("ffn_down.weight"), f, d)?,
-                })
-            }
-            None => Ffn::Dense(Mlp {
-                gate: b.matrix(&n("ffn_gate.weight"), d, f)?,
-                up: b.matrix(&n("ffn_up.weight"), d, f)?,
-                down: b.matrix(&n("ffn_down.weight"), f, d)?,
-            }),
-        };
-        let post = fam.post_norms;
-        layers.push(LayerWeights {
-            attn_norm: b.norm(&n("attn_norm.weight"), d, off)?,
-            mixer,
-            ffn_norm: b.norm(&n(fam.gguf_ffn_norm), d, off)?,
-            post_attn_norm: b.opt_norm(&n("post_attention_norm.weight"), d, post, off)?,
-            post_ffn_norm: b.opt_norm(&n("post_ffw_norm.weight"), d, post, off)?,
-            ffn,
-        });
+        let recurrent = cfg.delta.as_ref().is_some_and(|dn| !dn.attention[i]);
+        layers.push(b.layer(naming, i, cfg, recurrent)?);
     }
+    // The first multi-token-prediction layer: a full-attention layer after the decoder's, and
+    // its input projection, norms and (optional) head.
+    let mtp = match (naming, cfg.mtp_layers) {
+        (Naming::Gguf, 1..) => {
+            let i = cfg.n_layers;
+            layers.push(b.layer(naming, i, cfg, false)?);
+            let n = |w: &str| format!("blk.{i}.nextn.{w}");
+            Some(MtpWeights {
+                eh_proj: b.matrix(&n("eh_proj.weight"), 2 * d, d)?,
+                enorm: b.vector(&n("enorm.weight"), d)?,
+                hnorm: b.vector(&n("hnorm.weight"), d)?,
+                head_norm: b.vector(&n("shared_head_norm.weight"), d)?,
+                head: match src.tensor(&n("shared_head_head.weight")) {
+                    Some(_) => Some(b.matrix(&n("shared_head_head.weight"), d, cfg.vocab)?),
+                    None => None,
+                },
+            })
+        }
+        _ => None,
+    };
     let rope_freqs = match (naming, src.tensor("rope_freqs.weight")) {
         (Naming::Gguf, Some(_)) => Some(b.vector("rope_freqs.weight", cfg.rope_dim / 2)?),
         _ => None,
@@ -635,6 +686,7 @@ pub fn bind<'a>(
         tied_output,
         layers,
         rope_freqs,
+        mtp,
     })
 }
 

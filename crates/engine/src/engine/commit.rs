@@ -54,8 +54,16 @@ impl Engine {
     /// Commit and emit every planned window's verdict.
     pub(super) fn commit(&mut self, plans: &[Plan], verdicts: Vec<Option<Verdict>>) {
         let now = Instant::now();
+        // Each plan's first row in the round (catch-up rows, then the window's).
+        let mut at = 0;
         for (p, verdict) in plans.iter().zip(verdicts) {
             let decoding = self.running[p.seq].decoding();
+            let base = at;
+            at += p.catch_up.len() + if p.window && decoding { p.rows() } else { 0 };
+            if self.feed_hidden && !p.catch_up.is_empty() {
+                let (id, rows) = (self.running[p.seq].id, base..base + p.catch_up.len());
+                self.hand_hidden(id, p.catch_up.start, rows);
+            }
             let s = &mut self.running[p.seq];
             if !p.catch_up.is_empty() {
                 s.kv_len = p.catch_up.end;
@@ -81,6 +89,20 @@ impl Engine {
             }
             // The window's rows hold committed tokens up to the last accepted guess.
             s.kv_len = len + accepted;
+            if self.feed_hidden && decoding {
+                // The window's first row, then its accepted guesses (of the chain or a branch).
+                let (id, first) = (s.id, base + p.catch_up.len());
+                let guesses = match via_branch {
+                    None => first + 1,
+                    Some(b) => {
+                        let before: usize = p.branches[..b].iter().map(Vec::len).sum();
+                        first + 1 + p.drafts.len() + before
+                    }
+                };
+                self.hand_hidden(id, len - 1, first..first + 1);
+                self.hand_hidden(id, len, guesses..guesses + accepted);
+            }
+            let s = &mut self.running[p.seq];
             let mut kept = Vec::with_capacity(emitted.len());
             for t in emitted {
                 s.tokens.push(t);
@@ -184,6 +206,19 @@ impl Engine {
             for m in &mut self.models {
                 m.commit(id, committed);
             }
+        }
+    }
+
+    /// Hands the round's final hidden states of `rows` (sequence `id`'s committed positions
+    /// from `first`) to the proposers that read them.
+    fn hand_hidden(&mut self, id: tf_core::SeqId, first: usize, rows: std::ops::Range<usize>) {
+        let hidden = self.runner.hidden();
+        let d = hidden.len() / self.round_rows.max(1);
+        if rows.is_empty() || d == 0 || rows.end * d > hidden.len() {
+            return;
+        }
+        for m in self.models.iter_mut().filter(|m| m.takes_hidden()) {
+            m.hidden(id, first, &hidden[rows.start * d..rows.end * d]);
         }
     }
 

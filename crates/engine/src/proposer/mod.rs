@@ -5,9 +5,11 @@
 mod align;
 mod copies;
 mod draft_model;
+mod mtp;
 
 pub use copies::{copy_source, Copies, COPY_SOURCES};
 pub use draft_model::{DraftModel, DEFAULT_WINDOW};
+pub use mtp::Mtp;
 
 use crate::blocks::BlockHash;
 use crate::sampler::SamplingParams;
@@ -38,6 +40,8 @@ pub enum SourceId {
     CopiesTree,
     /// A draft model.
     DraftModel,
+    /// The target's own multi-token-prediction head.
+    Mtp,
     /// Forced guesses (the last token repeated; tests' `min_drafts`).
     Filler,
     /// The tokens a request's grammar forces next (structured output).
@@ -70,6 +74,7 @@ impl SourceId {
             SourceId::Copies(CopyLen::SixteenUp) => "copies-16+",
             SourceId::CopiesTree => "copies-tree",
             SourceId::DraftModel => "draft-model",
+            SourceId::Mtp => "mtp",
             SourceId::Filler => "filler",
             SourceId::Grammar => "grammar",
             SourceId::Other(name) => name,
@@ -95,6 +100,14 @@ pub trait Proposer: Send {
     fn costs_forward(&self) -> bool {
         false
     }
+    /// Whether the proposer reads the target's final hidden states of committed rows (a
+    /// multi-token-prediction head): the engine then hands them over after every step.
+    fn takes_hidden(&self) -> bool {
+        false
+    }
+    /// The target's final hidden states of sequence `id`'s committed positions `first..`,
+    /// `d_model` values each.
+    fn hidden(&mut self, _id: SeqId, _first: usize, _rows: &[f32]) {}
     /// Seconds the last [`propose`](Proposer::propose) spent per guess in steady state, where
     /// the proposer can tell (a draft model leaves out catching up with the tokens committed
     /// since its last call, which a sequence pays once per use, not per guess).

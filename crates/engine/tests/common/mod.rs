@@ -411,6 +411,12 @@ impl Runner for Counting {
     fn recurrent(&self) -> bool {
         self.inner.recurrent()
     }
+    fn keep_hidden(&mut self, on: bool) -> bool {
+        self.inner.keep_hidden(on)
+    }
+    fn hidden(&self) -> &[f32] {
+        self.inner.hidden()
+    }
 }
 
 /// A draft model (`model` itself) whose runner counts its rows into `rows`.
