@@ -387,13 +387,18 @@ fn raw(args: &BenchArgs, global: &GlobalArgs) -> Result<()> {
     }
     print_table(&header, &rows);
     if !args.verify.is_empty() {
-        print_verify(&mut bench, args)?;
+        let rounds = print_verify(&mut bench, args)?;
+        if model.weights().mtp.is_some() && !backend.is_gpu() {
+            let head = model.pruned_head(global.draft_keep());
+            print_mtp(&model, &pool, args.reps, &rounds, &head)?;
+        }
     }
     Ok(())
 }
 
 /// The cost of a forward of k rows against one row, after a context of `--verify-context`.
-fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
+/// Returns each row count's time with every row's logits.
+fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<Vec<(usize, f64)>> {
     let ctx = args.verify_context;
     let start = Instant::now();
     bench.forward_range(0, ctx)?;
@@ -411,6 +416,7 @@ fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
     }
     println!();
     let mut rows = Vec::new();
+    let mut rounds = Vec::new();
     for &k in &args.verify {
         let mut cells = vec![k.to_string()];
         for (i, take) in takes.into_iter().enumerate() {
@@ -425,6 +431,7 @@ fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
                     cells.push(format!("{:.2}", t / o));
                     if i == 0 {
                         cells.push(format!("{:.1}", k as f64 / t));
+                        rounds.push((k, t));
                     }
                 }
                 _ => cells.extend(vec!["-".to_string(); if i == 0 { 3 } else { 2 }]),
@@ -449,7 +456,7 @@ fn print_verify(bench: &mut Bench, args: &BenchArgs) -> Result<()> {
         ],
         &rows,
     );
-    Ok(())
+    Ok(rounds)
 }
 
 /// A Markdown table, columns padded to their widest cell.
@@ -480,4 +487,75 @@ fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
     for row in rows {
         line(row.iter().map(String::as_str).collect());
     }
+}
+
+/// The model's multi-token-prediction head as a drafter, by parts: one chained guess (a row of
+/// the head), and what a round of k rows (the committed token and k - 1 guesses) yields when
+/// the head is always right (k tokens) or always wrong (one), against serial decoding (one
+/// token a one-row forward). Random weights make its real acceptance unmeasurable; these bound
+/// it.
+fn print_mtp(
+    model: &tf_models::Model,
+    pool: &tf_kernels::ThreadPool,
+    reps: u32,
+    rounds: &[(usize, f64)],
+    head: &[std::ops::Range<usize>],
+) -> Result<()> {
+    let c = &model.config;
+    let mut kv = tf_kernels::kv::KvCache::new(1, c.n_kv_heads, c.head_dim, 1, Default::default());
+    let table = [0 as BlockId];
+    let hidden = vec![0.5f32; c.d_model];
+    let row = Row {
+        token: 1,
+        pos: 3,
+        seq: 0,
+        keep: false,
+        table: &table,
+        logits: true,
+        tree: None,
+    };
+    let mut best = f64::MAX;
+    for _ in 0..=reps {
+        let start = Instant::now();
+        model.forward_mtp(pool, &[row], &hidden, &mut kv, Some(head))?;
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    let kept: usize = head.iter().map(|r| r.len()).sum();
+    let Some(&(_, one)) = rounds.iter().find(|r| r.0 == 1) else {
+        bail!("--verify must include 1 to compare the MTP head with one row");
+    };
+    println!(
+        "\nMTP head: one guess {:.3} ms ({:.2} x a one-row forward), drawn from {kept} of {} \
+         head columns (--draft-vocab)",
+        best * 1e3,
+        best / one,
+        c.vocab
+    );
+    let serial = 1.0 / one;
+    let table: Vec<[String; 6]> = (rounds.iter())
+        .filter(|r| r.0 > 1)
+        .map(|&(k, verify)| {
+            let round = (k - 1) as f64 * best + verify;
+            [
+                k.to_string(),
+                format!("{:.3}", round * 1e3),
+                format!("{:.1}", k as f64 / round),
+                format!("{:.2}", k as f64 / round / serial),
+                format!("{:.1}", 1.0 / round),
+                format!("{:.2}", 1.0 / round / serial),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "rows",
+            "ms/round",
+            "tok/s, all right",
+            "x serial",
+            "tok/s, all wrong",
+            "x serial, wrong",
+        ],
+        &table,
+    );
+    Ok(())
 }

@@ -104,7 +104,8 @@ pub fn build(
     // The target's own multi-token-prediction head (CPU), where its file has one.
     let mtp = target.weights().mtp.is_some() && global.mtp == crate::Switch::On;
     if mtp && !backend.is_gpu() {
-        let head = tf_engine::proposer::Mtp::new(target.clone(), pool.clone(), blocks);
+        let head = tf_engine::proposer::Mtp::new(target.clone(), pool.clone(), blocks)
+            .with_head(target.pruned_head(global.draft_keep()));
         engine.add_draft_model(Box::new(head));
     }
     let calibration = engine.calibrate().context("measuring the forward cost")?;

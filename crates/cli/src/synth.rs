@@ -115,6 +115,8 @@ fn shape(like: &str) -> Result<(SynthSpec, bool)> {
                 kernel: 4,
                 interval: 4,
             });
+            // Released with one multi-token-prediction layer, which conversions keep.
+            s.mtp = true;
             (s, tied)
         }
         other => bail!(

@@ -367,13 +367,13 @@ fn the_mtp_head_is_row_exact() {
         .collect();
     let mut kv = tf_kernels::kv::KvCache::new(1, 2, 64, 3, tf_kernels::kv::KvFormat::Bf16);
     let (whole, out) = target
-        .forward_mtp(&pool, &mtp_rows, &hidden, &mut kv)
+        .forward_mtp(&pool, &mtp_rows, &hidden, &mut kv, None)
         .unwrap();
     let mut kv = tf_kernels::kv::KvCache::new(1, 2, 64, 3, tf_kernels::kv::KvFormat::Bf16);
     for (p, one) in mtp_rows.iter().enumerate() {
         let h = &hidden[p * d..(p + 1) * d];
         let (l, o) = target
-            .forward_mtp(&pool, std::slice::from_ref(one), h, &mut kv)
+            .forward_mtp(&pool, std::slice::from_ref(one), h, &mut kv, None)
             .unwrap();
         assert_eq!(
             bits(&l),

@@ -390,7 +390,8 @@ impl Model {
     /// `hidden` (`d_model` values a row) the model's final hidden state at the position before
     /// it, as [`forward_hidden`](Model::forward_hidden) leaves it (or the head's own from its
     /// previous row, for a chain of guesses). Keys and values go to `kv`, a one-layer cache.
-    /// Returns the logits of the rows that want them and every row's output hidden state (the
+    /// Returns the logits of the rows that want them (only the columns in `head` where given,
+    /// as [`forward_head`](Model::forward_head) does) and every row's output hidden state (the
     /// input of the next guess).
     pub fn forward_mtp(
         &self,
@@ -398,6 +399,7 @@ impl Model {
         rows: &[Row],
         hidden: &[f32],
         kv: &mut KvCache,
+        head: Option<&[std::ops::Range<usize>]>,
     ) -> Result<(Vec<f32>, Vec<f32>)> {
         let (Some(mw), Some(lp)) = (&self.weights.mtp, &self.plan.mtp) else {
             return Err(ModelError::NoMtp);
@@ -443,17 +445,14 @@ impl Model {
         for &r in &want {
             hs.extend_from_slice(&out[r * d..(r + 1) * d]);
         }
-        let vocab = self.config.vocab;
-        let mut logits = vec![0f32; want.len() * vocab];
-        if !want.is_empty() {
-            let hx = Activations::new(level, &hs, want.len(), d);
-            let head = match &mw.head {
-                Some(h) => *h,
-                None => with_panel(&self.weights.output, Some(&pass.panels.output)),
-            };
-            matmul(pool, &head, &hx, &mut logits);
-            soft_cap(&mut logits, self.plan.final_softcap);
-        }
+        let out_w = match &mw.head {
+            Some(h) => *h,
+            None => with_panel(&self.weights.output, Some(&pass.panels.output)),
+        };
+        let logits = match want.is_empty() {
+            true => Vec::new(),
+            false => self.head_logits(pool, &out_w, &hs, head),
+        };
         Ok((logits, out))
     }
 
@@ -466,7 +465,7 @@ impl Model {
         panels: &Panels,
         head: Option<&[std::ops::Range<usize>]>,
     ) -> Vec<f32> {
-        let (d, vocab) = (self.config.d_model, self.config.vocab);
+        let d = self.config.d_model;
         let want: Vec<usize> = (0..rows.len()).filter(|&r| rows[r].logits).collect();
         if want.is_empty() {
             return Vec::new();
@@ -477,21 +476,35 @@ impl Model {
         }
         let mut hs = vec![0f32; xs.len()];
         norm_rows(self, &xs, &self.weights.norm, &mut hs);
-        let hx = Activations::new(self.level, &hs, want.len(), d);
         let out_w = with_panel(&self.weights.output, Some(&panels.output));
+        self.head_logits(pool, &out_w, &hs, head)
+    }
+
+    /// The logits of the normed rows `hs` through `out_w` (only the columns in `head`, the
+    /// rest -inf, where given), then the plan's soft-cap.
+    fn head_logits(
+        &self,
+        pool: &ThreadPool,
+        out_w: &tf_kernels::matmul::WeightMatrix,
+        hs: &[f32],
+        head: Option<&[std::ops::Range<usize>]>,
+    ) -> Vec<f32> {
+        let (d, vocab) = (self.config.d_model, self.config.vocab);
+        let m = hs.len() / d;
+        let hx = Activations::new(self.level, hs, m, d);
         let mut logits = match head {
             None => {
-                let mut logits = vec![0f32; want.len() * vocab];
-                matmul(pool, &out_w, &hx, &mut logits);
+                let mut logits = vec![0f32; m * vocab];
+                matmul(pool, out_w, &hx, &mut logits);
                 logits
             }
             Some(ranges) => {
-                let mut logits = vec![f32::NEG_INFINITY; want.len() * vocab];
+                let mut logits = vec![f32::NEG_INFINITY; m * vocab];
                 for r in ranges {
                     let r = r.start.min(vocab)..r.end.min(vocab);
                     if !r.is_empty() {
                         let out = &mut logits[r.start..];
-                        matmul_cols(pool, &out_w, &hx, out, r, vocab);
+                        matmul_cols(pool, out_w, &hx, out, r, vocab);
                     }
                 }
                 logits

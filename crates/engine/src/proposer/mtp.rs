@@ -31,6 +31,8 @@ pub struct Mtp {
     sampler: Sampler,
     guess_secs: Option<f64>,
     catch_up_secs: Option<(usize, f64)>,
+    /// Output-head columns the guesses are drawn from (`None`: all).
+    head: Option<Vec<std::ops::Range<usize>>>,
 }
 
 impl Mtp {
@@ -47,7 +49,16 @@ impl Mtp {
             sampler: Sampler::new(),
             guess_secs: None,
             catch_up_secs: None,
+            head: None,
         }
+    }
+
+    /// Guesses are drawn from the output-head columns in `head` only (see
+    /// `Model::pruned_head`): each guess reads that part of the head, and a guess only changes
+    /// speed.
+    pub fn with_head(mut self, head: Vec<std::ops::Range<usize>>) -> Mtp {
+        self.head = Some(head);
+        self
     }
 }
 
@@ -131,10 +142,13 @@ impl Proposer for Mtp {
             })
             .collect();
         let started = std::time::Instant::now();
-        let Ok((logits, out)) = self
-            .model
-            .forward_mtp(&self.pool, &rows, &hidden, &mut self.kv)
-        else {
+        let Ok((logits, out)) = self.model.forward_mtp(
+            &self.pool,
+            &rows,
+            &hidden,
+            &mut self.kv,
+            self.head.as_deref(),
+        ) else {
             return Vec::new();
         };
         s.valid = last;
@@ -165,7 +179,9 @@ impl Proposer for Mtp {
                 logits: true,
                 tree: None,
             };
-            let Ok((l, o)) = (self.model).forward_mtp(&self.pool, &[row], &h, &mut self.kv) else {
+            let head = self.head.as_deref();
+            let Ok((l, o)) = (self.model).forward_mtp(&self.pool, &[row], &h, &mut self.kv, head)
+            else {
                 break;
             };
             let g = draw(&mut self.sampler, &l, n + guesses.len(), &guesses);
