@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Generate tiny random checkpoints of fifteen decoder families, with transformers' logits as oracle.
+"""Generate tiny random checkpoints of sixteen decoder families, with transformers' logits as oracle.
 
 Output: crates/models/tests/fixtures/families/<family>/ for each family in FAMILIES
 (llama3, llama, qwen2, qwen3, gemma3, gemma2, mistral, phi3, the mixtures of experts
-qwen3moe, qwen3moe_ties, mixtral, gpt-oss, olmoe, and the hybrid Gated DeltaNet families qwen35
-and qwen3next):
+qwen3moe, qwen3moe_ties, mixtral, gpt-oss, olmoe, the hybrid Gated DeltaNet families qwen35
+and qwen3next, and the hybrid Mamba-2 family nemotron_h):
 
 - hf/config.json + hf/model.safetensors: a tiny checkpoint with random weights (float32, norm
   weights random too), saved by Hugging Face transformers' `save_pretrained`.
@@ -56,6 +56,7 @@ and qwen3next):
   * `gpt_oss` (gpt-oss only): see below.
   * `olmoe` (olmoe only): see below.
   * `gdn` (qwen35, qwen3next): see below.
+  * `nemotron_h` (nemotron_h): see below.
 
 Shapes: hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab 256, 4 layers,
 max_position_embeddings 256; Gemma 3 has 6 layers, so that llama.cpp's implied pattern (every 6th
@@ -193,6 +194,43 @@ dt_bias, ssm_a exponentiated again, no silu(z) gate / gate before the norm, no a
 gate, q_proj's [q | gate] read as two halves instead of per head, full instead of partial RoPE,
 and for qwen3next: no shared-expert gate, no shared expert, in_proj_qkvz / in_proj_ba read as
 contiguous [q|k|v|z] / [b|a], the routing ablations. Every one moves the logits by 2 to 28.
+
+Hybrid Mamba-2 family nemotron_h (NemotronHForCausalLM, transformers' nemotron_h module, model_type
+nemotron_h; GGUF arch nemotron_h; nvidia/Nemotron-H-8B-Base-8K and NVIDIA-Nemotron-Nano-9B-v2 at toy
+size): six blocks, hybrid_override_pattern "M-M*-M" (Mamba-2, MLP, Mamba-2, attention, MLP, Mamba-2),
+each block x + mixer(RMSNorm(x)) with its one norm, then norm_f and an untied lm_head. Mamba-2: 8
+heads of dim 8 (d_inner 64), n_groups 2 (head h reads B/C group h // 4), ssm_state_size 16, conv
+kernel 4 with bias, in_proj rows [z | xBC | dt] (200), the gated RMSNorm (gate first, then the norm
+per group of 32 channels); chunk_size 16 (the hub models: 128) so that the chunked prefill spans 1, 3
+and 5 chunks; layer_norm_epsilon 1e-5. Attention: 4 heads / 2 KV heads / head_dim 16, no RoPE, no
+bias. MLP: down(relu(up x)^2), 128 wide. No MoE block. The oracle is transformers' torch code
+(mamba_ssm and causal_conv1d are not installed: prefill runs causal_conv1d_fn and the chunked
+mamba2_chunk_scan). Init: A_log N(-2, 1), dt_bias N(0, 0.5), D N(1, 0.5), conv taps N(0, 0.4), conv
+bias N(0, 0.3), every norm weight N(1, 0.3) (plain w). hf/config.json is written in the hub's form
+(hybrid_override_pattern + num_hidden_layers, no MoE / MTP keys, no time_step_limit: its default
+(0, inf) has no JSON literal; transformers 5 writes layers_block_type and every MoE default).
+Conversion: llama.cpp pins transformers 4.57.6, which has no nemotron_h, so its ModelBase.load_hparams
+reads config.json itself; the script makes AutoConfig fail during the conversion to get that path
+(with the installed transformers 5, AutoConfig's dict carries num_experts_per_tok and the block
+types as a list: the converter then writes a nemotron_h_moe GGUF with feed_forward_length all 0,
+recorded as nemotron_h.converter.with_installed_transformers_autoconfig). The GGUF: per-layer
+feed_forward_length (0 but for MLP blocks) and attention.head_count_kv (0 but for attention blocks)
+encode the block types; attention.layer_norm_epsilon only (no rms key); ssm_a = -exp(A_log) and
+ssm_d as {1, heads}; ssm_norm as {d_inner / n_groups, n_groups}; the conv squeezed; attn_q / attn_k
+permuted by the converter's llama q/k permutation though no block uses RoPE (q.k per head unchanged).
+logits.json's `nemotron_h` section: the rules (text), shapes, the transformers functions that ran,
+the hub-config rewrite, the converter path, `gguf_tensor_checks` (every GGUF tensor against its rule
+from the HF tensors, bitwise), `reimplementations_bitwise_equal` (the scan call, the gated norm and
+the attention forward, reimplemented for the variants, give transformers' outputs bit for bit),
+`chunked_vs_recurrent` (transformers' single-step mamba2_selective_state_update token by token in
+place of the chunked scan), `chunk_size_128_vs_16`, `decode_vs_prefill` (transformers' own cached
+decode, one token per call, on the 70-token sequence), `dt_and_decay_longest_sequence`,
+`float64_gguf_reference` (an independent numpy float64 forward of model.gguf as llama.cpp's
+nemotron_h graph reads it, asserted < 1e-3; measured about 2e-5), hf_tensors and the GGUF's metadata
+and tensor shapes. `sensitivity`: SSM state or conv state not carried, B/C groups tiled instead of
+repeat-interleaved, gate after the norm, norm over the whole width, no gate, RoPE in the attention
+blocks, D skip dropped, conv bias dropped, dt_bias dropped, conv taps reversed, ssm_a exponentiated
+again, B and C swapped, relu instead of relu2. Every one moves the logits by 4 to 22.
 
 Run (deterministic on one machine: a rerun rewrites identical files; torch's CPU kernels differ
 between processors, so on another machine logits.json can differ in the last float32 digits):

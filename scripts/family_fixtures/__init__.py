@@ -8,6 +8,8 @@ machinery of scripts/gen_family_fixtures.py (see its docstring), split by respon
 - olmoe: OLMoE's q/k norm variants and the `olmoe` record
 - gdn: Qwen3.5 / Qwen3-Next (Gated DeltaNet): variants, converter checks, a float64 GGUF
   reference forward, the `gdn` record
+- nemotron_h: Nemotron-H (Mamba-2 hybrid): the hub-style config, the converter's hparams path, tensor
+  rules checked tensor by tensor, variants, a float64 GGUF reference forward, the `nemotron_h` record
 - gguf_convert: llama.cpp's converter with a minimal vocabulary, GGUF summaries and checks
 - report: logits.json formatting
 - build: make_family, one family's fixture directory end to end"""

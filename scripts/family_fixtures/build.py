@@ -20,7 +20,7 @@ from .checkpoints import (
     top1_changed,
     variant_logits,
 )
-from .families import OUT, TOP_K
+from .families import NEMOTRON_H_CONFIG_FIELDS, OUT, TOP_K
 from .gdn import check_gguf_meta, check_gguf_tensors, float64_reference, gdn_checks, gdn_record
 from .gguf_convert import check_gguf_facts, compare_tensors, convert_to_gguf, gguf_summary
 from .gpt_oss import (
@@ -34,6 +34,17 @@ from .gpt_oss import (
     write_gpt_oss_hub,
 )
 from .moe import check_hub_format, hf_tensor_table, hub_config, moe_record, routers, routing_stats, run_logits_routed, tie_context
+from .nemotron_h import (
+    autoconfig_unavailable,
+    check_reloaded_config,
+    converter_with_autoconfig,
+    nemotron_checks,
+    nemotron_record,
+    write_hub_config,
+)
+from .nemotron_h import check_gguf_meta as nemotron_check_gguf_meta
+from .nemotron_h import check_gguf_tensors as nemotron_check_gguf_tensors
+from .nemotron_h import float64_reference as nemotron_float64_reference
 from .olmoe import olmoe_attention_checks, olmoe_record
 from .report import write_json
 
@@ -53,6 +64,7 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
     init_weights(model, fam, gemma)
     moe = fam.get("moe")
     gpt_oss = bool(moe and moe.get("gpt_oss"))
+    nemotron = fam.get("nemotron_h") is not None
     mx = quantize_experts(model) if gpt_oss else None
     if moe and moe.get("router_ties"):
         with torch.no_grad():
@@ -72,11 +84,16 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         else:
             check_hub_format(hf_tensors, fam, model.config)
         extra = dict(experts_implementation="eager")
+    if nemotron:
+        # the hub's form of config.json (hybrid_override_pattern, no MoE keys), which the converter needs
+        nh_hub = write_hub_config(hf_dir, model.config)
 
     # The oracle runs on the checkpoint as saved: reload it and check it matches the in-memory one.
     loaded = cls.from_pretrained(hf_dir, attn_implementation="eager", dtype=torch.float32, **extra).eval()
     assert loaded.config._attn_implementation == "eager"
-    if fam.get("gdn") is not None:
+    if nemotron:
+        check_reloaded_config(loaded.config, model.config)
+    if fam.get("gdn") is not None or nemotron:
         # Fresh (64-byte aligned) storage for every parameter, as the in-memory model has: torch's
         # CPU matmul of a [1, hidden] weight (Qwen3-Next's shared_expert_gate) rounds differently
         # at other alignments of the weight (seen: 1 ulp), so views into the loaded file's buffer
@@ -113,11 +130,20 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         assert hub_check["expert_matrices_bitwise_equal"] and hub_check["other_tensors_bitwise_equal"], hub_check
         convert_to_gguf(hub_dir, name, gguf_path)
         assert sorted(os.listdir(hub_dir)) == ["config.json", "model.safetensors"], os.listdir(hub_dir)
+    elif nemotron:
+        # as under llama.cpp's pinned transformers (4.57.6, no nemotron_h): hparams from config.json itself
+        with autoconfig_unavailable():
+            convert_to_gguf(hf_dir, name, gguf_path)
     else:
         convert_to_gguf(hf_dir, name, gguf_path, no_mtp=bool(fam.get("gdn") is not None))
     summary = gguf_summary(gguf_path)
     check_gguf_facts(name, summary, loaded.config)
-    checks = compare_tensors(name, summary["reader"], hf_dir, loaded.config, fam)
+    if nemotron:
+        checks = {}  # compare_tensors reads llama-style names; nemotron_check_gguf_tensors checks every tensor
+        nemotron_check_gguf_meta(summary["meta"], loaded.config)
+        nh_tensor_checks = nemotron_check_gguf_tensors(summary["reader"], hf_dir, loaded.config)
+    else:
+        checks = compare_tensors(name, summary["reader"], hf_dir, loaded.config, fam)
     if fam.get("gdn") is not None:
         check_gguf_meta(fam, summary["meta"], loaded.config)
         gdn_tensor_checks = check_gguf_tensors(fam, summary["reader"], hf_dir, loaded.config)
@@ -140,7 +166,7 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         attn_implementation="eager",
         seed=fam["seed"],
         init_std=fam["init"],
-        config=config_fields(loaded.config, bool(moe)),
+        config=config_fields(loaded.config, bool(moe), NEMOTRON_H_CONFIG_FIELDS if nemotron else None),
         logprobs="float64 log_softmax of transformers' float32 logits",
         top_k=TOP_K,
         sequences=seqs,
@@ -186,6 +212,11 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         gdn_out = gdn_checks(cls, fam, state, seqs, logits, loaded.config)
         gdn_out["float64_gguf_reference"] = float64_reference(summary["reader"], summary["meta"], seqs, logits, cls, fam, state)
         sens.update(gdn_out.pop("sensitivity"))
+    nh_out = None
+    if nemotron:
+        nh_out = nemotron_checks(cls, fam, state, seqs, logits, loaded.config)
+        nh_out["float64_gguf_reference"] = nemotron_float64_reference(summary["reader"], summary["meta"], seqs, logits)
+        sens.update(nh_out.pop("sensitivity"))
     if sens:
         doc["sensitivity"] = sens
     if moe:
@@ -198,6 +229,12 @@ def make_family(name: str, fam: dict, seqs: list[list[int]], report: dict) -> No
         doc["gdn"] = dict(
             **gdn_out,
             **gdn_record(fam, loaded, hf_tensor_table(hf_dir), summary, checks, gdn_tensor_checks),
+        )
+    if nh_out is not None:
+        doc["nemotron_h"] = dict(
+            **nh_out,
+            **nemotron_record(loaded, hf_tensor_table(hf_dir), summary, nh_tensor_checks, nh_hub,
+                              converter_with_autoconfig(hf_dir)),
         )
     write_json(out / "logits.json", doc)
 

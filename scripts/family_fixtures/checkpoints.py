@@ -50,6 +50,15 @@ def init_weights(model: torch.nn.Module, fam: dict, gemma: bool) -> None:
                 p.copy_(noise * init["dt_bias"])
             elif "conv" in init and name.endswith(".linear_attn.conv1d.weight"):
                 p.copy_(noise * init["conv"])
+            # Nemotron-H's Mamba-2 mixer parameters (A_log and D: (mean, std))
+            elif "A_log" in init and name.endswith(".mixer.A_log"):
+                p.copy_(noise * init["A_log"][1] + init["A_log"][0])
+            elif "dt_bias" in init and name.endswith(".mixer.dt_bias"):
+                p.copy_(noise * init["dt_bias"])
+            elif "D" in init and name.endswith(".mixer.D"):
+                p.copy_(noise * init["D"][1] + init["D"][0])
+            elif "conv" in init and name.endswith(".mixer.conv1d.weight"):
+                p.copy_(noise * init["conv"])
             elif name.endswith(".linear_attn.norm.weight"):
                 # the gated RMSNorm multiplies by w itself (not 1 + w): noise around 1
                 p.copy_(noise * init["norm"] + 1.0)
@@ -57,7 +66,7 @@ def init_weights(model: torch.nn.Module, fam: dict, gemma: bool) -> None:
                 p.copy_(noise * init["norm"] + (0.0 if gemma else 1.0))
             elif p.ndim == 1:
                 p.copy_(noise * init["bias"])
-            elif "embed_tokens" in name or "lm_head" in name:
+            elif "embed_tokens" in name or "lm_head" in name or name == "model.embeddings.weight":
                 p.copy_(noise * init["emb"])
             elif "router" in init and name.endswith((".mlp.gate.weight", ".mlp.router.weight")):
                 p.copy_(noise * init["router"])
@@ -109,10 +118,10 @@ def summarize(logits: list[np.ndarray], full_first: bool) -> list[dict]:
     return seqs
 
 
-def config_fields(config, moe: bool = False) -> dict:
+def config_fields(config, moe: bool = False, extra: list[str] | None = None) -> dict:
     d = config.to_dict()
     d["_attn_implementation"] = config._attn_implementation
-    fields = CONFIG_FIELDS + GDN_CONFIG_FIELDS + (MOE_CONFIG_FIELDS if moe else [])
+    fields = CONFIG_FIELDS + GDN_CONFIG_FIELDS + (MOE_CONFIG_FIELDS if moe else []) + (extra or [])
     return {k: d[k] for k in fields if k in d}
 
 

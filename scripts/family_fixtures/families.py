@@ -460,6 +460,40 @@ FAMILIES: dict[str, dict] = {
             "top_k_3": dict(num_experts_per_tok=3),
         },
     ),
+    # Nemotron-H (NemotronHForCausalLM, GGUF arch nemotron_h; nvidia/Nemotron-H-8B-Base-8K and
+    # NVIDIA-Nemotron-Nano-9B-v2 at toy size): six blocks "M-M*-M" (Mamba-2, MLP, Mamba-2, attention,
+    # MLP, Mamba-2), each x + mixer(RMSNorm(x)). Mamba-2: 8 heads of dim 8 (d_inner 64), 2 groups
+    # (heads 0-3 read group 0), state 16, conv kernel 4 with bias; chunk_size 16 (the hub models: 128)
+    # so that transformers' chunked prefill spans several chunks (1, 3, 5) and its inter-chunk
+    # recurrence runs. Attention without RoPE, 4 heads / 2 KV heads / head_dim 16; MLP
+    # down(relu(up x)^2), 128 wide. layer_norm_epsilon 1e-5 (what NemotronHConfig reads; the generator's
+    # common rms_norm_eps is not read and is dropped from the hub-style config.json).
+    # init: A_log = N(-2, 1) (A = -exp(A_log)), dt_bias N(0, 0.5), D = N(1, 0.5), conv taps N(0, 0.4),
+    # conv bias ("bias") N(0, 0.3), the norms (block, final, gated) plain w = N(1, 0.3).
+    "nemotron_h": dict(
+        cls="NemotronHForCausalLM",
+        seed=190,
+        config=dict(
+            hybrid_override_pattern="M-M*-M",
+            num_hidden_layers=6,
+            mamba_num_heads=8,
+            mamba_head_dim=8,
+            n_groups=2,
+            ssm_state_size=16,
+            conv_kernel=4,
+            use_conv_bias=True,
+            chunk_size=16,
+            mamba_hidden_act="silu",
+            mlp_hidden_act="relu2",
+            layer_norm_epsilon=1e-5,
+            use_bias=False,
+            mlp_bias=False,
+            attention_bias=False,
+            tie_word_embeddings=False,
+        ),
+        init=dict(w=0.15, emb=0.5, norm=0.3, bias=0.3, A_log=[-2.0, 1.0], dt_bias=0.5, D=[1.0, 0.5], conv=0.4),
+        nemotron_h=dict(),
+    ),
 }
 
 # Config fields recorded in logits.json (those present in the family's config).
@@ -482,4 +516,10 @@ MOE_CONFIG_FIELDS = (
     "num_experts num_local_experts num_experts_per_tok norm_topk_prob moe_intermediate_size "
     "decoder_sparse_step mlp_only_layers shared_expert_intermediate_size router_aux_loss_coef "
     "output_router_logits router_jitter_noise swiglu_alpha swiglu_limit"
+).split()
+# Also recorded for Nemotron-H (time_step_limit, with its infinity, is in the `nemotron_h` record).
+NEMOTRON_H_CONFIG_FIELDS = (
+    "layers_block_type mamba_num_heads mamba_head_dim n_groups ssm_state_size conv_kernel use_conv_bias "
+    "chunk_size expand mamba_hidden_act mlp_hidden_act layer_norm_epsilon residual_in_fp32 use_bias "
+    "mamba_proj_bias"
 ).split()

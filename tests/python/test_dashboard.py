@@ -64,7 +64,13 @@ def test_dashboard_follows_the_server(server, oai, model_id, tmp_path):
 
     def long_reply():
         oai.chat.completions.create(
-            model=model_id, messages=SEA, max_tokens=160, temperature=0, extra_body={"ignore_eos": True}
+            # Serial and long enough (600 tokens, 15 s and more on any CPU) to still be running
+            # when the page is read: drafted, on a fast machine, 160 tokens ended first.
+            model=model_id,
+            messages=SEA,
+            max_tokens=600,
+            temperature=0,
+            extra_body={"ignore_eos": True, "draft": False},
         )
         done.set()
 

@@ -61,9 +61,9 @@ pub fn build(
         let dm = backend
             .draft_weights(Arc::new(dm), global)
             .with_context(|| format!("cannot requantize draft model {}", dpath.display()))?;
-        if !dm.plan.recurrent().is_empty() {
+        if dm.plan.has_recurrent() {
             bail!(
-                "draft model {} has recurrent (Gated DeltaNet) layers, which a draft model \
+                "draft model {} has recurrent (Gated DeltaNet, Mamba-2) layers, which a draft model \
                  cannot have yet: use a transformer draft model, or --draft none",
                 dpath.display()
             );

@@ -206,6 +206,8 @@ impl Glu {
             Mlp::SwiGlu => Glu::Silu,
             Mlp::GeGlu => Glu::GeluTanh,
             Mlp::SwiGluOai => Glu::OaiClamped,
+            // Nemotron-H's plain MLP: its models are refused at load (Mamba-2 blocks).
+            Mlp::Relu2 => unreachable!("a plan with Mamba-2 blocks never reaches the GPU runner"),
         }
     }
 }

@@ -383,3 +383,79 @@ fn the_mtp_head_is_row_exact() {
         assert_eq!(bits(&o), bits(&out[p * d..(p + 1) * d]), "hidden {p}");
     }
 }
+
+/// The Mamba-2 hybrid (the Nemotron-H oracle fixture: Mamba-2, MLP and attention blocks, F32):
+/// drafted == serial (copies and trees forced), concurrent == solo, resumed == fresh.
+#[test]
+fn a_mamba2_hybrid_keeps_the_contract() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/families/nemotron_h/model.gguf");
+    let target = Arc::new(Model::load(&path).unwrap());
+    assert_eq!(target.plan.recurrent_sizes().len(), 3);
+    let vocab = target.config.vocab;
+    let req = |seed: u64, sampled: bool, len: usize, max: usize| {
+        let mut r = SplitMix64::new(seed);
+        let motif: Vec<TokenId> = (0..6).map(|_| 3 + r.below(vocab - 3) as TokenId).collect();
+        let tokens = (0..len)
+            .map(|i| match i % 12 < 6 {
+                true => motif[i % 6],
+                false => 3 + r.below(vocab - 3) as TokenId,
+            })
+            .collect();
+        let mut q = Request::new(tokens, max);
+        if sampled {
+            q.params.temperature = 0.8;
+            q.params.seed = Some(seed);
+        }
+        q
+    };
+    let mut checked = 0;
+    for (seed, sampled) in [(1, false), (2, true)] {
+        let q = req(seed, sampled, 40 + 9 * seed as usize, 32);
+        let want = serial(&target, &q);
+        for config in [drafting(3), trees(3)] {
+            assert_same(
+                &solo(&target, None, config, &q),
+                &want,
+                &format!("seed {seed}"),
+            );
+            checked += 1;
+        }
+    }
+    let reqs: Vec<Request> = (0..4)
+        .map(|i| req(30 + i, i % 2 == 1, 20 + 13 * i as usize, 24))
+        .collect();
+    let want: Vec<Run> = reqs.iter().map(|r| serial(&target, r)).collect();
+    let config = EngineConfig {
+        max_step_rows: 24,
+        ..drafting(2)
+    };
+    let mut b = bench(&target, None, 2, config, KV_POSITIONS);
+    let runs = run_all(
+        &mut b,
+        reqs.iter()
+            .enumerate()
+            .map(|(i, r)| (3 * i, r.clone()))
+            .collect(),
+    );
+    for (i, (run, want)) in runs.iter().zip(&want).enumerate() {
+        assert_same(run, want, &format!("concurrent {i}"));
+        checked += 1;
+    }
+    let mut b = bench(&target, None, 2, drafting(2), KV_POSITIONS);
+    let mut q = req(50, false, 40, 16);
+    for turn in 0..3u64 {
+        let run = run_all(&mut b, vec![(0, q.clone())]).pop().unwrap();
+        assert_same(&run, &serial(&target, &q), &format!("turn {turn}"));
+        if turn > 0 {
+            assert!(
+                run.receipt.cached_tokens >= 16,
+                "turn {turn}: nothing resumed"
+            );
+        }
+        q.prompt.extend(&run.tokens);
+        q.prompt.extend(req(60 + turn, false, 11, 1).prompt);
+        checked += 1;
+    }
+    assert_eq!(checked, 11);
+}

@@ -107,26 +107,46 @@ pub fn l2_normalize(x: &mut [f32], eps: f32) {
 /// contiguous), which ends holding this call's last `K - 1` inputs. `x` and `out` are
 /// `tokens x channels`; `w` is `channels x K`.
 pub fn short_conv(w: &[f32], kernel: usize, state: &mut [f32], x: &[f32], out: &mut [f32]) {
+    short_conv_bias(w, None, kernel, state, x, out);
+}
+
+/// [`short_conv`] with a bias per channel added to each sum before the SiLU (Mamba-2).
+pub fn short_conv_bias(
+    w: &[f32],
+    bias: Option<&[f32]>,
+    kernel: usize,
+    state: &mut [f32],
+    x: &[f32],
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if fma_level() > 0 {
         // SAFETY: the CPU has AVX2 and FMA (checked); the body is safe code.
-        unsafe { short_conv_fma(w, kernel, state, x, out) };
+        unsafe { short_conv_fma(w, bias, kernel, state, x, out) };
         return;
     }
-    short_conv_body(w, kernel, state, x, out);
+    short_conv_body(w, bias, kernel, state, x, out);
 }
 
-/// [`short_conv`] compiled with FMA instructions: `mul_add` becomes one instruction instead of
-/// a library call (a fused multiply-add is one correctly rounded operation either way).
+/// [`short_conv_bias`] compiled with FMA instructions: `mul_add` becomes one instruction
+/// instead of a library call (a fused multiply-add is one correctly rounded operation either
+/// way).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn short_conv_fma(w: &[f32], kernel: usize, state: &mut [f32], x: &[f32], out: &mut [f32]) {
-    short_conv_body(w, kernel, state, x, out);
+unsafe fn short_conv_fma(
+    w: &[f32],
+    bias: Option<&[f32]>,
+    kernel: usize,
+    state: &mut [f32],
+    x: &[f32],
+    out: &mut [f32],
+) {
+    short_conv_body(w, bias, kernel, state, x, out);
 }
 
 /// 0: no FMA; 1: AVX2 + FMA; 2: AVX-512F too.
 #[cfg(target_arch = "x86_64")]
-fn fma_level() -> u8 {
+pub(crate) fn fma_level() -> u8 {
     static LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
     *LEVEL.get_or_init(|| {
         if std::env::var("TENSORFOLD_SIMD").is_ok_and(|v| v == "scalar") {
@@ -142,7 +162,14 @@ fn fma_level() -> u8 {
 }
 
 #[inline(always)]
-fn short_conv_body(w: &[f32], kernel: usize, state: &mut [f32], x: &[f32], out: &mut [f32]) {
+fn short_conv_body(
+    w: &[f32],
+    bias: Option<&[f32]>,
+    kernel: usize,
+    state: &mut [f32],
+    x: &[f32],
+    out: &mut [f32],
+) {
     let channels = w.len() / kernel;
     let hist = kernel - 1;
     assert_eq!(state.len(), hist * channels, "conv state size");
@@ -158,6 +185,11 @@ fn short_conv_body(w: &[f32], kernel: usize, state: &mut [f32], x: &[f32], out: 
             let xi = &all[(t + i) * channels..(t + i + 1) * channels];
             for c in 0..channels {
                 o[c] = w[c * kernel + i].mul_add(xi[c], o[c]);
+            }
+        }
+        if let Some(bias) = bias {
+            for (v, &bb) in o.iter_mut().zip(bias) {
+                *v += bb;
             }
         }
         for v in o.iter_mut() {

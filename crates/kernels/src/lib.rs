@@ -20,6 +20,7 @@ pub mod canon;
 pub mod cpu;
 pub mod deltanet;
 pub mod kv;
+pub mod mamba2;
 pub mod matmul;
 pub mod moe;
 pub mod ops;

@@ -134,6 +134,42 @@ pub struct MoeConfig {
     pub shared_ffn: Option<usize>,
 }
 
+/// What one block of a Nemotron-H-style model is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    Mamba,
+    Attention,
+    Mlp,
+}
+
+/// Mamba-2 blocks among attention and MLP blocks (Nemotron-H).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MambaConfig {
+    pub heads: usize,
+    pub head_dim: usize,
+    /// State width per head.
+    pub state: usize,
+    /// Groups sharing B and C.
+    pub groups: usize,
+    pub conv_kernel: usize,
+    /// Each layer's block.
+    pub blocks: Vec<Block>,
+}
+
+impl MambaConfig {
+    /// Blocks from a pattern of `M` (Mamba-2), `*` (attention) and `-` (MLP).
+    pub fn pattern(p: &str) -> Option<Vec<Block>> {
+        p.chars()
+            .map(|c| match c {
+                'M' => Some(Block::Mamba),
+                '*' => Some(Block::Attention),
+                '-' => Some(Block::Mlp),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// Gated DeltaNet layers (Qwen3-Next, Qwen3.5): linear attention with a recurrent state, mixed
 /// with a few full-attention layers.
 #[derive(Clone, Debug, PartialEq)]
@@ -201,6 +237,8 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Gated DeltaNet layers among the attention layers.
     pub delta: Option<DeltaConfig>,
+    /// Mamba-2, attention and MLP blocks (Nemotron-H).
+    pub mamba: Option<MambaConfig>,
     /// Multi-token-prediction layers after the decoder (GGUF `nextn_predict_layers`); the first
     /// one is loaded as a drafter.
     pub mtp_layers: usize,
@@ -239,6 +277,23 @@ impl ModelConfig {
             }
         };
         let f_or = |k: &str, d: f32| -> Result<f32> { Ok(f_opt(k)?.unwrap_or(d)) };
+        // Nemotron-H lists per layer the KV heads (attention blocks) and the feed-forward width
+        // (MLP blocks); a layer with neither is a Mamba-2 block.
+        let per_layer = |k: &str| -> Option<Vec<usize>> {
+            match g.get(&key(k)) {
+                Some(MetaValue::Array(a)) => {
+                    a.iter().map(|v| v.as_u64().map(|x| x as usize)).collect()
+                }
+                _ => None,
+            }
+        };
+        let (kv_list, ff_list) = match family.mamba_blocks {
+            true => (
+                per_layer("attention.head_count_kv"),
+                per_layer("feed_forward_length"),
+            ),
+            false => (None, None),
+        };
         let d_model = u("embedding_length")?;
         let n_heads = u("attention.head_count")?;
         let head_dim = u_or("attention.key_length", d_model / n_heads.max(1))?;
@@ -296,12 +351,21 @@ impl ModelConfig {
             n_layers,
             d_model,
             n_heads,
-            n_kv_heads: u_or("attention.head_count_kv", n_heads)?,
+            n_kv_heads: match &kv_list {
+                Some(l) => l.iter().copied().max().unwrap_or(0).max(1),
+                None => u_or("attention.head_count_kv", n_heads)?,
+            },
             head_dim,
-            ffn_dim: u_or("feed_forward_length", 0)?,
+            ffn_dim: match &ff_list {
+                Some(l) => l.iter().copied().max().unwrap_or(0),
+                None => u_or("feed_forward_length", 0)?,
+            },
             vocab,
             rope_base: f_or("rope.freq_base", 10000.0)?,
-            rope_dim: u_or("rope.dimension_count", head_dim)?,
+            rope_dim: match family.rope {
+                true => u_or("rope.dimension_count", head_dim)?,
+                false => 0,
+            },
             rope_style: family.gguf_rope,
             rope_scaling,
             // Gemma 3 converters write the sliding layers' base; older files leave the family's.
@@ -309,7 +373,15 @@ impl ModelConfig {
                 Some(d) => Some(f_or("rope.freq_base_swa", d)?),
                 None => None,
             },
-            norm_eps: f_or("attention.layer_norm_rms_epsilon", 1e-6)?,
+            norm_eps: match (
+                family.mamba_blocks,
+                f_opt("attention.layer_norm_rms_epsilon")?,
+            ) {
+                (_, Some(e)) => e,
+                // Nemotron-H's converter writes its RMSNorm epsilon under this key.
+                (true, None) => f_or("attention.layer_norm_epsilon", 1e-6)?,
+                (false, None) => 1e-6,
+            },
             context_len: u_or("context_length", 4096)?,
             sliding_window: match u_or("attention.sliding_window", 0)? {
                 0 => None,
@@ -360,6 +432,35 @@ impl ModelConfig {
                 }),
             },
             mtp_layers,
+            mamba: match (&kv_list, &ff_list) {
+                (Some(kv), Some(ff)) if kv.len() >= n_layers && ff.len() >= n_layers => {
+                    let heads = u("ssm.time_step_rank")?;
+                    Some(MambaConfig {
+                        heads,
+                        head_dim: u("ssm.inner_size")? / heads.max(1),
+                        state: u("ssm.state_size")?,
+                        groups: u("ssm.group_count")?,
+                        conv_kernel: u("ssm.conv_kernel")?,
+                        blocks: (0..n_layers)
+                            .map(|l| match (kv[l], ff[l]) {
+                                (_, 1..) => Block::Mlp,
+                                (1.., 0) => Block::Attention,
+                                (0, 0) => Block::Mamba,
+                            })
+                            .collect(),
+                    })
+                }
+                (Some(_), _) | (_, Some(_)) => {
+                    return Err(ModelError::Config {
+                        source_path: src,
+                        what: format!(
+                            "{arch}: per-layer head_count_kv and feed_forward_length must list \
+                             every layer"
+                        ),
+                    })
+                }
+                _ => None,
+            },
         };
         cfg.validate(&src)?;
         Ok(cfg)
@@ -420,7 +521,10 @@ impl ModelConfig {
         let d_model = u("hidden_size")?;
         let n_heads = u("num_attention_heads")?;
         let head_dim = u("head_dim").unwrap_or(d_model / n_heads.max(1));
-        let n_layers = u("num_hidden_layers")?;
+        let n_layers = match family.mamba_blocks {
+            true => hf_blocks(config, src)?.len(),
+            false => u("num_hidden_layers")?,
+        };
         let (rope_base, rope_scaling) = hf_rope(config, "full_attention", src)?;
         let rope_local_base = match family.local_rope_base {
             None => None,
@@ -443,7 +547,10 @@ impl ModelConfig {
             .and_then(|p| p.get("partial_rotary_factor"))
             .and_then(Value::as_f64)
             .map_or_else(|| f_or("partial_rotary_factor", 1.0), |v| v as f32);
-        let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
+        let rope_dim = match family.rope {
+            true => ((head_dim as f32 * partial) as usize) & !1,
+            false => 0,
+        };
         let sliding_layers = config
             .get("layer_types")
             .and_then(Value::as_array)
@@ -477,7 +584,11 @@ impl ModelConfig {
             rope_style: RopeStyle::Neox,
             rope_scaling,
             rope_local_base,
-            norm_eps: f_or("rms_norm_eps", 1e-6),
+            norm_eps: match family.mamba_blocks {
+                // Nemotron-H's norms read `layer_norm_epsilon` (its `rms_norm_eps` is unused).
+                true => f_or("layer_norm_epsilon", 1e-5),
+                false => f_or("rms_norm_eps", 1e-6),
+            },
             context_len: u("max_position_embeddings").unwrap_or(4096),
             sliding_window,
             sliding_layers,
@@ -488,6 +599,7 @@ impl ModelConfig {
             delta: hf_delta(config, family, n_layers, src)?,
             // Hugging Face checkpoints' MTP tensors are not read (GGUF conversions carry them).
             mtp_layers: 0,
+            mamba: hf_mamba(config, family, src)?,
         };
         cfg.validate(src)?;
         Ok(cfg)
@@ -538,6 +650,20 @@ impl ModelConfig {
             }
             Some(m) if m.expert_ffn == 0 => return bad("the experts' feed-forward width is 0"),
             _ => {}
+        }
+        if let Some(mc) = &self.mamba {
+            if mc.blocks.len() != self.n_layers {
+                return bad("the block list does not have one block per layer");
+            }
+            if mc.heads == 0 || mc.groups == 0 || !mc.heads.is_multiple_of(mc.groups) {
+                return bad("Mamba-2 heads must be a positive multiple of the groups");
+            }
+            if !(1..=1024).contains(&mc.head_dim) || !(1..=1024).contains(&mc.state) {
+                return bad("Mamba-2 head and state widths must be 1..=1024");
+            }
+            if !(2..=16).contains(&mc.conv_kernel) {
+                return bad("the Mamba-2 convolution kernel must be 2..=16");
+            }
         }
         if let Some(dn) = &self.delta {
             if dn.attention.len() != self.n_layers {
@@ -644,6 +770,60 @@ fn hf_moe(config: &Value, family: &Family, src: &str) -> Result<Option<MoeConfig
         gating: family.gating,
         biases: family.gpt_oss_biases,
         shared_ffn: num("shared_expert_intermediate_size").filter(|&w| w > 0),
+    }))
+}
+
+/// A Nemotron-H config's blocks: `hybrid_override_pattern` (`M`, `*`, `-`), or
+/// `layers_block_type` (`mamba`, `attention`, `mlp`).
+fn hf_blocks(config: &Value, src: &str) -> Result<Vec<Block>> {
+    let err = |what: String| ModelError::Config {
+        source_path: src.to_string(),
+        what,
+    };
+    if let Some(p) = config
+        .get("hybrid_override_pattern")
+        .and_then(Value::as_str)
+    {
+        return MambaConfig::pattern(p)
+            .filter(|b| !b.is_empty())
+            .ok_or_else(|| err(format!("hybrid_override_pattern {p:?}: M, * and - only")));
+    }
+    let list = config
+        .get("layers_block_type")
+        .and_then(Value::as_array)
+        .ok_or_else(|| err("neither hybrid_override_pattern nor layers_block_type".into()))?;
+    list.iter()
+        .map(|t| match t.as_str() {
+            Some("mamba") => Ok(Block::Mamba),
+            Some("attention") | Some("full_attention") => Ok(Block::Attention),
+            Some("mlp") => Ok(Block::Mlp),
+            other => Err(err(format!("block type {other:?} is not supported"))),
+        })
+        .collect()
+}
+
+/// The Mamba-2 shape of a Hugging Face config of a family with Mamba-2 blocks.
+fn hf_mamba(config: &Value, family: &Family, src: &str) -> Result<Option<MambaConfig>> {
+    if !family.mamba_blocks {
+        return Ok(None);
+    }
+    let num = |k: &str| -> Result<usize> {
+        config
+            .get(k)
+            .and_then(Value::as_u64)
+            .map(|v| v as usize)
+            .ok_or_else(|| ModelError::Config {
+                source_path: src.to_string(),
+                what: format!("missing or non-integer '{k}'"),
+            })
+    };
+    Ok(Some(MambaConfig {
+        heads: num("mamba_num_heads")?,
+        head_dim: num("mamba_head_dim")?,
+        state: num("ssm_state_size")?,
+        groups: num("n_groups")?,
+        conv_kernel: num("conv_kernel")?,
+        blocks: hf_blocks(config, src)?,
     }))
 }
 

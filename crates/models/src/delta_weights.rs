@@ -6,7 +6,7 @@
 
 use crate::config::{DeltaConfig, ModelConfig};
 use crate::error::{ModelError, Result};
-use crate::weights::{Binder, DeltaWeights, Mlp, Naming};
+use crate::weights::{Binder, DeltaWeights, MambaWeights, Mlp, Naming};
 use tf_kernels::matmul::WeightMatrix;
 
 impl<'a> Binder<'a> {
@@ -79,6 +79,71 @@ impl<'a> Binder<'a> {
                 })
             }
         }
+    }
+
+    /// Layer `i`'s Mamba-2 weights (GGUF `ssm_*`; HF `mixer.*`).
+    pub(crate) fn mamba(
+        &self,
+        naming: Naming,
+        i: usize,
+        cfg: &ModelConfig,
+        mc: &crate::config::MambaConfig,
+    ) -> Result<MambaWeights<'a>> {
+        let d = cfg.d_model;
+        let (heads, inner) = (mc.heads, mc.heads * mc.head_dim);
+        let ch = inner + 2 * mc.groups * mc.state;
+        let name = |gguf: &str, hf: &str| match naming {
+            Naming::Gguf => format!("blk.{i}.{gguf}"),
+            Naming::Hf => format!("{}.{i}.mixer.{hf}", cfg.family.hf_layers),
+        };
+        let parts = self.split(
+            &name("ssm_in.weight", "in_proj.weight"),
+            d,
+            &[inner, ch, heads],
+        )?;
+        let rate = match naming {
+            Naming::Gguf => self.flat(&name("ssm_a", ""), heads)?,
+            Naming::Hf => (self.flat(&name("", "A_log"), heads)?)
+                .iter()
+                .map(|&v| -tf_kernels::canon::exp(v))
+                .collect(),
+        };
+        Ok(MambaWeights {
+            z: parts[0],
+            xbc: parts[1],
+            dt: parts[2],
+            out: self.matrix(&name("ssm_out.weight", "out_proj.weight"), inner, d)?,
+            conv: self.conv(
+                &name("ssm_conv1d.weight", "conv1d.weight"),
+                ch,
+                mc.conv_kernel,
+            )?,
+            conv_bias: self.flat(&name("ssm_conv1d.bias", "conv1d.bias"), ch)?,
+            rate,
+            d: self.flat(&name("ssm_d", "D"), heads)?,
+            dt_bias: self.flat(&name("ssm_dt.bias", "dt_bias"), heads)?,
+            norm: self.flat(&name("ssm_norm.weight", "norm.weight"), inner)?,
+        })
+    }
+
+    /// A tensor of `n` values whatever its shape (`[n]`, `[1, n]`, `[n / g, g]`), as floats.
+    fn flat(&self, name: &str, n: usize) -> Result<Vec<f32>> {
+        let t = self
+            .src
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                source_path: self.src.describe(),
+                name: name.to_string(),
+            })?;
+        if t.dims.iter().product::<usize>() != n {
+            return Err(ModelError::BadShape {
+                source_path: self.src.describe(),
+                name: name.to_string(),
+                expected: vec![n],
+                found: t.dims.to_vec(),
+            });
+        }
+        Ok(t.to_f32()?)
     }
 
     /// A depthwise convolution's taps, `channels x kernel` (GGUF `[kernel, channels]`, HF

@@ -260,7 +260,7 @@ impl Model {
             Some(moe) => (w.layers.iter())
                 .filter_map(|l| match &l.ffn {
                     crate::weights::Ffn::Moe(x) => Some(x),
-                    crate::weights::Ffn::Dense(_) => None,
+                    _ => None,
                 })
                 .map(|x| {
                     let all: usize = x
@@ -314,19 +314,10 @@ impl Model {
     /// blocks (`None` for a model without them): snapshots for at most that many blocks, and
     /// at most [`SNAPSHOT_BYTES`] of them.
     pub fn state_cache(&self, kv_blocks: usize) -> Option<crate::StateCache> {
-        let layers = self.plan.recurrent();
-        if layers.is_empty() {
+        let sizes = self.plan.recurrent_sizes();
+        if sizes.is_empty() {
             return None;
         }
-        let sizes: Vec<crate::LayerSize> = layers
-            .iter()
-            .map(|d| crate::LayerSize {
-                channels: 2 * d.shape.k_heads * d.shape.dk + d.shape.v_heads * d.shape.dv,
-                kernel: d.kernel,
-                delta: d.shape.state_len(),
-                v_heads: d.shape.v_heads,
-            })
-            .collect();
         let cache = crate::StateCache::new(&sizes, 0);
         let per = cache.state_len() * 4;
         let snaps = (SNAPSHOT_BYTES / per.max(1)).clamp(4, kv_blocks.max(4));

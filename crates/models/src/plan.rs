@@ -8,6 +8,7 @@
 use crate::config::{ModelConfig, MoeConfig};
 use crate::registry::Mlp;
 use tf_kernels::deltanet::DeltaShape;
+use tf_kernels::mamba2::SsdShape;
 use tf_kernels::ops::{RopeStyle, RopeTable};
 
 /// What mixes a layer's positions: attention over the KV cache, or a recurrent layer.
@@ -17,6 +18,27 @@ pub enum Mixer {
     Attention { kv: usize },
     /// Gated DeltaNet; its state is recurrent layer `state` of the state cache.
     DeltaNet(DeltaMixer),
+    /// Mamba-2; its state is recurrent layer `state` of the state cache.
+    Mamba(MambaMixer),
+    /// No mixer: the layer is its feed-forward alone (Nemotron-H's MLP blocks).
+    None,
+}
+
+/// A Mamba-2 layer's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MambaMixer {
+    pub shape: SsdShape,
+    /// Taps of the short convolution.
+    pub kernel: usize,
+    /// Index among the model's recurrent layers.
+    pub state: usize,
+}
+
+impl MambaMixer {
+    /// Channels of the convolution: x, B and C.
+    pub fn channels(&self) -> usize {
+        self.shape.inner() + 2 * self.shape.groups * self.shape.state
+    }
 }
 
 /// A Gated DeltaNet layer's shape.
@@ -52,6 +74,8 @@ impl RopeSpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerPlan {
     pub mixer: Mixer,
+    /// The layer has a feed-forward after its mixer (Nemotron-H's mixer blocks have none).
+    pub ffn: bool,
     /// Each head's query comes with a gate; the attention output is times `sigmoid(gate)`.
     pub attn_gate: bool,
     /// Keys visible to a row (its own position included); `None` = every earlier key.
@@ -119,8 +143,23 @@ impl Plan {
         let layers: Vec<LayerPlan> = (0..cfg.n_layers)
             .map(|l| {
                 let slide = cfg.layer_slides(l);
-                let mixer = match &cfg.delta {
-                    Some(d) if !d.attention[l] => {
+                let block = cfg.mamba.as_ref().map(|m| m.blocks[l]);
+                let mixer = match (&cfg.delta, &cfg.mamba) {
+                    (_, Some(m)) if block == Some(crate::config::Block::Mamba) => {
+                        state += 1;
+                        Mixer::Mamba(MambaMixer {
+                            shape: SsdShape {
+                                heads: m.heads,
+                                head_dim: m.head_dim,
+                                state: m.state,
+                                groups: m.groups,
+                            },
+                            kernel: m.conv_kernel,
+                            state: state - 1,
+                        })
+                    }
+                    (_, Some(_)) if block == Some(crate::config::Block::Mlp) => Mixer::None,
+                    (Some(d), _) if !d.attention[l] => {
                         state += 1;
                         Mixer::DeltaNet(DeltaMixer {
                             shape: DeltaShape {
@@ -141,6 +180,8 @@ impl Plan {
                 };
                 LayerPlan {
                     mixer,
+                    // Nemotron-H: only MLP blocks have a feed-forward.
+                    ffn: block.is_none_or(|b| b == crate::config::Block::Mlp),
                     attn_gate: fam.gated_attention,
                     window: if slide { cfg.sliding_window } else { None },
                     rope: if slide { ropes.len() - 1 } else { 0 },
@@ -258,12 +299,38 @@ impl Plan {
             .count()
     }
 
-    /// The recurrent layers' shapes, in layer order.
+    /// Whether some layer keeps a state per sequence (Gated DeltaNet, Mamba-2).
+    pub fn has_recurrent(&self) -> bool {
+        !self.recurrent_sizes().is_empty()
+    }
+
+    /// The state each recurrent layer keeps, in layer order (= state index order).
+    pub fn recurrent_sizes(&self) -> Vec<crate::LayerSize> {
+        (self.layers.iter())
+            .filter_map(|l| match &l.mixer {
+                Mixer::DeltaNet(d) => Some(crate::LayerSize {
+                    channels: 2 * d.shape.k_heads * d.shape.dk + d.shape.v_heads * d.shape.dv,
+                    kernel: d.kernel,
+                    delta: d.shape.state_len(),
+                    gates: 2 * d.shape.v_heads,
+                }),
+                Mixer::Mamba(m) => Some(crate::LayerSize {
+                    channels: m.channels(),
+                    kernel: m.kernel,
+                    delta: m.shape.state_len(),
+                    gates: m.shape.heads,
+                }),
+                Mixer::Attention { .. } | Mixer::None => None,
+            })
+            .collect()
+    }
+
+    /// The Gated DeltaNet layers' shapes, in layer order.
     pub fn recurrent(&self) -> Vec<&DeltaMixer> {
         (self.layers.iter())
             .filter_map(|l| match &l.mixer {
                 Mixer::DeltaNet(d) => Some(d),
-                Mixer::Attention { .. } => None,
+                _ => None,
             })
             .collect()
     }
@@ -311,6 +378,11 @@ impl Plan {
             add(l.post_norms, Feature::PostNorms);
             add(l.moe.is_some(), Feature::Moe);
             add(matches!(l.mixer, Mixer::DeltaNet(_)), Feature::DeltaNet);
+            add(matches!(l.mixer, Mixer::Mamba(_)), Feature::Mamba);
+            add(
+                matches!(l.mixer, Mixer::None) || !l.ffn,
+                Feature::SingleOpBlocks,
+            );
             add(l.attn_gate, Feature::GatedAttention);
             let shared = l.moe.as_ref().is_some_and(|m| m.shared_ffn.is_some());
             add(shared, Feature::SharedExpert);
@@ -344,6 +416,10 @@ pub enum Feature {
     FullQkNorm,
     /// Gated DeltaNet layers (a recurrent state per sequence).
     DeltaNet,
+    /// Mamba-2 layers (a recurrent state per sequence).
+    Mamba,
+    /// Layers with a mixer or a feed-forward alone (Nemotron-H's blocks).
+    SingleOpBlocks,
     /// Attention output gated per head.
     GatedAttention,
     /// A gated shared expert beside the routed ones.
@@ -369,6 +445,8 @@ impl std::fmt::Display for Feature {
             Feature::AttentionSinks => "attention sinks",
             Feature::FullQkNorm => "q/k norms over the whole projection",
             Feature::DeltaNet => "Gated DeltaNet (linear attention) layers",
+            Feature::Mamba => "Mamba-2 layers",
+            Feature::SingleOpBlocks => "mixer-only and feed-forward-only blocks",
             Feature::GatedAttention => "gated attention",
             Feature::SharedExpert => "a shared expert",
         })
@@ -394,6 +472,8 @@ pub trait LayerOps {
     /// A recurrent layer in place of `qkv`, `attention` and `attn_out`: `x += out(mix(h))`
     /// with the sequence states advanced; `h = ffn_norm(x)`.
     fn delta_net(&mut self, layer: usize, dn: &DeltaMixer) -> Result<(), Self::Error>;
+    /// A Mamba-2 layer, as [`delta_net`](LayerOps::delta_net).
+    fn mamba(&mut self, layer: usize, m: &MambaMixer) -> Result<(), Self::Error>;
     /// `x += post_norm(down(act(h · gate) * (h · up)))`, or for a mixture of experts the
     /// routed experts' outputs summed in rank order, each times its router weight; then `h` =
     /// the next layer's `attn_norm(x)` (nothing after the last layer).
@@ -413,6 +493,13 @@ pub fn walk<O: LayerOps>(plan: &Plan, ops: &mut O) -> Result<(), O::Error> {
                 ops.attn_out(layer, lp)?;
             }
             Mixer::DeltaNet(dn) => ops.delta_net(layer, dn)?,
+            Mixer::Mamba(m) => ops.mamba(layer, m)?,
+            // `h` is already the layer's feed-forward input (its norm is bound as attn_norm).
+            Mixer::None => {}
+        }
+        if !lp.ffn {
+            // A mixer-only layer's ffn_norm is the next layer's input norm (bound so at load).
+            continue;
         }
         ops.mlp(layer, lp, layer + 1 == n)?;
     }

@@ -35,18 +35,19 @@ pub struct LayerPart {
     pub conv: Range<usize>,
     /// The delta rule's `v_heads x dk x dv` matrices.
     pub delta: Range<usize>,
-    /// A row's inputs: the projected channels before the convolution, then `a` and `b`.
+    /// A row's inputs: the projected channels before the convolution, then the gate inputs.
     pub log: Range<usize>,
 }
 
-/// Sizes of one recurrent layer: convolution channels and kernel, the delta rule's state,
-/// value heads.
+/// Sizes of one recurrent layer: convolution channels and kernel, the recurrence's state, and
+/// the per-row gate inputs it reads besides the channels (Gated DeltaNet: `a` and `b` per value
+/// head; Mamba-2: `dt` per head).
 #[derive(Clone, Copy, Debug)]
 pub struct LayerSize {
     pub channels: usize,
     pub kernel: usize,
     pub delta: usize,
-    pub v_heads: usize,
+    pub gates: usize,
 }
 
 /// How a row's state is reached, decided once per call for every layer.
@@ -125,7 +126,7 @@ impl StateCache {
                 let conv = s..s + (z.kernel - 1) * z.channels;
                 let delta = conv.end..conv.end + z.delta;
                 s = delta.end;
-                let log = l..l + z.channels + 2 * z.v_heads;
+                let log = l..l + z.channels + z.gates;
                 l = log.end;
                 LayerPart { conv, delta, log }
             })

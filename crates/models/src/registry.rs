@@ -13,6 +13,8 @@ pub enum Mlp {
     GeGlu,
     /// gpt-oss's clamped SwiGLU: `(clamp(up, ±7) + 1) * g * sigmoid(1.702 g)`, `g = min(gate, 7)`.
     SwiGluOai,
+    /// Squared ReLU of the up projection, no gate (Nemotron-H): `down(relu(x · up)^2)`.
+    Relu2,
 }
 
 impl Mlp {
@@ -23,6 +25,14 @@ impl Mlp {
             Mlp::SwiGlu => ops::swiglu(level, gate, up, out),
             Mlp::GeGlu => ops::geglu(level, gate, up, out),
             Mlp::SwiGluOai => ops::swiglu_oai(gate, up, OAI_ALPHA, OAI_LIMIT, out),
+            // One projection: `gate` is it (`up` unused).
+            Mlp::Relu2 => {
+                let _ = up;
+                for (o, &g) in out.iter_mut().zip(gate) {
+                    let r = g.max(0.0);
+                    *o = r * r;
+                }
+            }
         }
     }
 }
@@ -117,6 +127,16 @@ pub struct Family {
     /// Gated attention: `q_proj` gives each head's query and then its gate, and the attention
     /// output is multiplied by `sigmoid(gate)` before `o_proj` (Qwen3-Next, Qwen3.5).
     pub gated_attention: bool,
+    /// Blocks of one op each, Mamba-2, attention or MLP (Nemotron-H): the layer types come from
+    /// the file (GGUF: which layers have KV heads and which a feed-forward width; HF:
+    /// `hybrid_override_pattern`).
+    pub mamba_blocks: bool,
+    /// Attention rotates q and k (RoPE); false: no position encoding at all (Nemotron-H).
+    pub rope: bool,
+    /// Hugging Face names: the layers' prefix and the embedding, final norm and head (Nemotron-H
+    /// checkpoints say `backbone.`).
+    pub hf_layers: &'static str,
+    pub hf_globals: [&'static str; 3],
 }
 
 impl Family {
@@ -153,6 +173,14 @@ impl Family {
         yarn_truncate_default: true,
         delta_net: false,
         gated_attention: false,
+        mamba_blocks: false,
+        rope: true,
+        hf_layers: "model.layers",
+        hf_globals: [
+            "model.embed_tokens.weight",
+            "model.norm.weight",
+            "lm_head.weight",
+        ],
     };
 }
 
@@ -168,6 +196,7 @@ pub static FAMILIES: &[&Family] = &[
     &families::phi3::FAMILY,
     &families::qwen35::FAMILY,
     &families::qwen3next::FAMILY,
+    &families::nemotron_h::FAMILY,
 ];
 
 pub fn by_gguf_arch(arch: &str) -> Option<&'static Family> {

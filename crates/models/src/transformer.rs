@@ -5,7 +5,7 @@
 use crate::error::{ModelError, Result};
 use crate::experts::moe_ffn;
 use crate::model::{Model, Row};
-use crate::plan::{walk, DeltaMixer, LayerOps, LayerPlan, Mixer, Plan};
+use crate::plan::{walk, DeltaMixer, LayerOps, LayerPlan, MambaMixer, Mixer, Plan};
 use crate::recurrent::StateCache;
 use crate::weights::{with_panel, Attention, Ffn, Panels};
 use tf_kernels::attention::{attention, AttnShape, RowKeys};
@@ -137,7 +137,7 @@ fn attn_of<'w>(lw: &'w crate::weights::LayerWeights<'w>) -> &'w Attention<'w> {
 fn kv_of(lp: &LayerPlan) -> usize {
     match lp.mixer {
         Mixer::Attention { kv } => kv,
-        Mixer::DeltaNet(_) => unreachable!("recurrent layers have no keys"),
+        _ => unreachable!("only attention layers have keys"),
     }
 }
 
@@ -286,6 +286,10 @@ impl LayerOps for CpuPass<'_> {
         self.delta_layer(layer, dn)
     }
 
+    fn mamba(&mut self, layer: usize, m: &MambaMixer) -> Result<()> {
+        self.mamba_layer(layer, m)
+    }
+
     fn mlp(&mut self, layer: usize, lp: &LayerPlan, last: bool) -> Result<()> {
         let (model, pool) = (self.model, self.pool);
         let cfg = &model.config;
@@ -304,7 +308,23 @@ impl LayerOps for CpuPass<'_> {
                 let fx = Activations::new(level, &self.act, m, cfg.ffn_dim);
                 matmul(pool, &with_panel(&w.down, pk.get(2)), &fx, &mut self.o);
             }
-            (Ffn::Moe(_), None) => unreachable!("the plan follows the config the weights bound"),
+            (Ffn::Plain { up, down }, _) => {
+                let hx = Activations::new(level, &self.h, m, cfg.d_model);
+                let f = up.n;
+                matmul(
+                    pool,
+                    &with_panel(up, pk.first()),
+                    &hx,
+                    &mut self.gate[..m * f],
+                );
+                let (g, a) = (&self.gate[..m * f], &mut self.act[..m * f]);
+                lp.mlp.apply(level, g, g, a);
+                let fx = Activations::new(level, &self.act[..m * f], m, f);
+                matmul(pool, &with_panel(down, pk.get(1)), &fx, &mut self.o);
+            }
+            (Ffn::Moe(_), None) | (Ffn::None, _) => {
+                unreachable!("the plan follows the config the weights bound")
+            }
         }
         self.add_residual(&lw.post_ffn_norm);
         if !last {
@@ -366,7 +386,7 @@ impl Model {
         }
         match states.as_deref_mut() {
             Some(st) => st.begin(rows)?,
-            None if !self.plan.recurrent().is_empty() => return Err(ModelError::NoStateCache),
+            None if self.plan.has_recurrent() => return Err(ModelError::NoStateCache),
             None => {}
         }
         let mut pass = CpuPass::new(self, pool, rows, kv, states);

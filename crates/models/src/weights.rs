@@ -15,14 +15,14 @@ pub enum Naming {
 }
 
 impl Naming {
-    fn global(self, what: &str) -> &'static str {
+    fn global(self, what: &str, family: &Family) -> &'static str {
         match (self, what) {
             (Naming::Gguf, "embed") => "token_embd.weight",
             (Naming::Gguf, "norm") => "output_norm.weight",
             (Naming::Gguf, "output") => "output.weight",
-            (Naming::Hf, "embed") => "model.embed_tokens.weight",
-            (Naming::Hf, "norm") => "model.norm.weight",
-            (Naming::Hf, "output") => "lm_head.weight",
+            (Naming::Hf, "embed") => family.hf_globals[0],
+            (Naming::Hf, "norm") => family.hf_globals[1],
+            (Naming::Hf, "output") => family.hf_globals[2],
             _ => unreachable!("unknown global tensor {what}"),
         }
     }
@@ -53,7 +53,7 @@ impl Naming {
                     // tensors): its GGUF-style name, which no HF checkpoint has.
                     _ => what,
                 };
-                format!("model.layers.{i}.{hf}")
+                format!("{}.{i}.{hf}", family.hf_layers)
             }
         }
     }
@@ -69,10 +69,30 @@ pub struct LayerWeights<'a> {
     pub ffn: Ffn<'a>,
 }
 
-/// A layer's mixer: attention, or a Gated DeltaNet layer.
+/// A layer's mixer: attention, a Gated DeltaNet or a Mamba-2 layer, or none (a feed-forward
+/// block).
 pub enum MixerWeights<'a> {
     Attention(Attention<'a>),
     DeltaNet(DeltaWeights<'a>),
+    Mamba(MambaWeights<'a>),
+    None,
+}
+
+/// A Mamba-2 layer: the input projection's three parts (the gate `z`, the convolution's x, B, C
+/// channels, each head's `dt`), the convolution with its bias, `-exp(A_log)`, `D` and the
+/// time-step bias per head, the grouped norm's weights, the output projection.
+pub struct MambaWeights<'a> {
+    pub z: WeightMatrix<'a>,
+    pub xbc: WeightMatrix<'a>,
+    pub dt: WeightMatrix<'a>,
+    pub out: WeightMatrix<'a>,
+    /// `channels x kernel`.
+    pub conv: Vec<f32>,
+    pub conv_bias: Vec<f32>,
+    pub rate: Vec<f32>,
+    pub d: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub norm: Vec<f32>,
 }
 
 /// A Gated DeltaNet layer: projections to the convolution's q, k, v channels, the output gate
@@ -108,10 +128,16 @@ pub struct Attention<'a> {
     pub k_norm: Option<Vec<f32>>,
 }
 
-/// A layer's feed-forward: one MLP, or a mixture of experts.
+/// A layer's feed-forward: one MLP, or a mixture of experts; one projection and `down`
+/// (Nemotron-H's squared ReLU); or none (a mixer block).
 pub enum Ffn<'a> {
     Dense(Mlp<'a>),
     Moe(Experts<'a>),
+    Plain {
+        up: WeightMatrix<'a>,
+        down: WeightMatrix<'a>,
+    },
+    None,
 }
 
 /// `down(act(x · gate) * (x · up))`.
@@ -575,6 +601,49 @@ impl<'a> Binder<'a> {
         })
     }
 
+    /// Block `i` of a Nemotron-H-style model: its norm, and a Mamba-2 layer, attention or a
+    /// squared-ReLU MLP.
+    fn block(
+        &self,
+        naming: Naming,
+        i: usize,
+        cfg: &ModelConfig,
+        mc: &crate::config::MambaConfig,
+    ) -> Result<LayerWeights<'a>> {
+        use crate::config::Block;
+        let fam = cfg.family;
+        let d = cfg.d_model;
+        let n = |w: &str| naming.layer(i, w, fam);
+        let norm = self.norm(&n("attn_norm.weight"), d, false)?;
+        let (mixer, ffn) = match mc.blocks[i] {
+            Block::Mamba => (
+                MixerWeights::Mamba(self.mamba(naming, i, cfg, mc)?),
+                Ffn::None,
+            ),
+            Block::Attention => (
+                MixerWeights::Attention(self.attention(naming, i, cfg)?),
+                Ffn::None,
+            ),
+            Block::Mlp => {
+                // The block's widths: the file's per-layer list gives it; the config's widest.
+                let f = cfg.ffn_dim;
+                let ffn = Ffn::Plain {
+                    up: self.matrix(&n("ffn_up.weight"), d, f)?,
+                    down: self.matrix(&n("ffn_down.weight"), f, d)?,
+                };
+                (MixerWeights::None, ffn)
+            }
+        };
+        Ok(LayerWeights {
+            attn_norm: norm.clone(),
+            mixer,
+            ffn_norm: norm,
+            post_attn_norm: None,
+            post_ffn_norm: None,
+            ffn,
+        })
+    }
+
     /// Layer `i`'s attention: q (with each head's gate, for gated attention), k, v, o, and
     /// the family's biases, sinks and q/k norms.
     fn attention(&self, naming: Naming, i: usize, cfg: &ModelConfig) -> Result<Attention<'a>> {
@@ -641,10 +710,16 @@ pub fn bind<'a>(
 ) -> Result<Weights<'a>> {
     let b = Binder { src, arena };
     let d = cfg.d_model;
-    let embed = b.view(naming.global("embed"), &[d, cfg.vocab])?;
-    let (output, tied_output) = match src.tensor(naming.global("output")) {
-        Some(_) => (b.matrix(naming.global("output"), d, cfg.vocab)?, false),
-        None => (b.matrix(naming.global("embed"), d, cfg.vocab)?, true),
+    let embed = b.view(naming.global("embed", cfg.family), &[d, cfg.vocab])?;
+    let (output, tied_output) = match src.tensor(naming.global("output", cfg.family)) {
+        Some(_) => (
+            b.matrix(naming.global("output", cfg.family), d, cfg.vocab)?,
+            false,
+        ),
+        None => (
+            b.matrix(naming.global("embed", cfg.family), d, cfg.vocab)?,
+            true,
+        ),
     };
     let fam = cfg.family;
     let off = naming == Naming::Hf && fam.hf_norm_offset;
@@ -653,7 +728,22 @@ pub fn bind<'a>(
     let mut layers = Vec::new();
     for i in 0..cfg.n_layers {
         let recurrent = cfg.delta.as_ref().is_some_and(|dn| !dn.attention[i]);
-        layers.push(b.layer(naming, i, cfg, recurrent)?);
+        layers.push(match &cfg.mamba {
+            Some(mc) => b.block(naming, i, cfg, mc)?,
+            None => b.layer(naming, i, cfg, recurrent)?,
+        });
+    }
+    // A block without a feed-forward ends with the next block's input norm (the walk skips
+    // the feed-forward; the mixer's `h = ffn_norm(x)` is then the next block's input).
+    if cfg.mamba.is_some() {
+        for i in 0..layers.len() {
+            if matches!(layers[i].ffn, Ffn::None) {
+                layers[i].ffn_norm = match layers.get(i + 1) {
+                    Some(next) => next.attn_norm.clone(),
+                    None => vec![1.0; d],
+                };
+            }
+        }
     }
     // The first multi-token-prediction layer: a full-attention layer after the decoder's, and
     // its input projection, norms and (optional) head.
@@ -681,7 +771,7 @@ pub fn bind<'a>(
     };
     Ok(Weights {
         embed,
-        norm: b.norm(naming.global("norm"), d, off)?,
+        norm: b.norm(naming.global("norm", cfg.family), d, off)?,
         output,
         tied_output,
         layers,
@@ -697,9 +787,13 @@ impl<'a> LayerWeights<'a> {
         let mut out = match &self.mixer {
             MixerWeights::Attention(a) => vec![&a.wq, &a.wk, &a.wv, &a.wo],
             MixerWeights::DeltaNet(d) => vec![&d.qkv, &d.z, &d.b, &d.a, &d.out],
+            MixerWeights::Mamba(m) => vec![&m.z, &m.xbc, &m.dt, &m.out],
+            MixerWeights::None => Vec::new(),
         };
         match &self.ffn {
             Ffn::Dense(m) => out.extend([&m.gate, &m.up, &m.down]),
+            Ffn::Plain { up, down } => out.extend([up, down]),
+            Ffn::None => {}
             Ffn::Moe(x) => {
                 out.push(&x.router);
                 for m in &x.experts {
@@ -717,8 +811,9 @@ impl<'a> LayerWeights<'a> {
     /// or the router): after the mixer's (q, k, v, o; or a DeltaNet layer's five).
     pub fn ffn_panels(&self) -> usize {
         match &self.mixer {
-            MixerWeights::Attention(_) => 4,
+            MixerWeights::Attention(_) | MixerWeights::Mamba(_) => 4,
             MixerWeights::DeltaNet(_) => 5,
+            MixerWeights::None => 0,
         }
     }
 
@@ -726,7 +821,7 @@ impl<'a> LayerWeights<'a> {
     pub fn attention(&self) -> Option<&Attention<'a>> {
         match &self.mixer {
             MixerWeights::Attention(a) => Some(a),
-            MixerWeights::DeltaNet(_) => None,
+            _ => None,
         }
     }
 
@@ -734,7 +829,7 @@ impl<'a> LayerWeights<'a> {
     pub fn dense(&self) -> Option<&Mlp<'a>> {
         match &self.ffn {
             Ffn::Dense(m) => Some(m),
-            Ffn::Moe(_) => None,
+            _ => None,
         }
     }
 }

@@ -217,6 +217,7 @@ fn family_of(fixture: &str) -> &'static str {
         "phi3" => "phi3",
         "qwen35" => "qwen35",
         "qwen3next" => "qwen3next",
+        "nemotron_h" => "nemotron_h",
         other => panic!("unknown fixture family {other}"),
     }
 }

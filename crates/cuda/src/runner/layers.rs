@@ -63,6 +63,12 @@ impl LayerOps for CudaRunner {
         ))
     }
 
+    fn mamba(&mut self, _layer: usize, _m: &tf_models::MambaMixer) -> Result<()> {
+        Err(CudaError::Usage(
+            "recurrent (Mamba-2) layers do not run on the GPU yet".into(),
+        ))
+    }
+
     fn embed(&mut self, _plan: &Plan) -> Result<()> {
         let (model, gpu, m) = self.call();
         let cfg = &model.config;

@@ -209,6 +209,11 @@ impl DevWeights {
                     w_down: up.matrix(&mlp.down)?,
                 },
                 Ffn::Moe(x) => DevFfn::Moe(up.experts(x)?),
+                Ffn::Plain { .. } | Ffn::None => {
+                    return Err(CudaError::Usage(
+                        "Nemotron-H's blocks do not run on the GPU yet".into(),
+                    ))
+                }
             };
             let Some(at) = l.attention() else {
                 return Err(CudaError::Usage(

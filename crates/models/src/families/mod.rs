@@ -3,6 +3,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
+pub mod nemotron_h;
 pub mod olmoe;
 pub mod phi3;
 pub mod qwen2;
