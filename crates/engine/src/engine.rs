@@ -524,8 +524,15 @@ impl Engine {
                     drafts.truncate(g.valid_prefix(&drafts));
                 }
                 rows += drafts.len();
-                if matches!(source, Some(Source::Copies(_))) && guide.is_none() {
-                    let (branches, slots) = self.choose_branches(plan.seq, &drafts, rows, room);
+                let found = match source {
+                    Some(Source::Copies(_)) => Some(None),
+                    Some(Source::Model(mi)) => Some(Some(self.models[mi].branches()))
+                        .filter(|b| b.as_ref().is_some_and(|b| !b.is_empty())),
+                    _ => None,
+                };
+                if let (Some(found), None) = (found, guide) {
+                    let fit = (rows, room);
+                    let (branches, slots) = self.choose_branches(plan.seq, &drafts, fit, found);
                     rows += branches.iter().map(Vec::len).sum::<usize>();
                     plan.branches = branches;
                     plan.branch_slots = slots;
@@ -675,12 +682,14 @@ impl Engine {
     /// Tree drafts: other continuations the context offers (distinct first tokens), verified in
     /// the same forward. Each branch node gets its own KV slot after the main chain's; it reads
     /// its ancestors through a remap, so it computes exactly what the serial row would.
+    /// A draft model's own alternatives (an MTP head's runner-up first tokens) are placed the
+    /// same way, in `found`.
     fn choose_branches(
         &self,
         seq: usize,
         chain: &[TokenId],
-        rows: usize,
-        room: usize,
+        (rows, room): (usize, usize),
+        found: Option<Vec<Vec<TokenId>>>,
     ) -> (Vec<Vec<TokenId>>, Vec<Vec<usize>>) {
         if self.config.tree_branches == 0 || chain.is_empty() {
             return (Vec::new(), Vec::new());
@@ -688,14 +697,19 @@ impl Engine {
         let s = &self.running[seq];
         let len = s.tokens.len();
         let per_branch = chain.len().min(TREE_BRANCH_LEN);
-        let (found, _) = self
-            .copies
-            .branches(&s.tokens, per_branch, self.config.tree_branches + 1);
+        let found = found.unwrap_or_else(|| {
+            let max = self.config.tree_branches + 1;
+            self.copies.branches(&s.tokens, per_branch, max).0
+        });
+        let found = found.into_iter().map(|mut b| {
+            b.truncate(per_branch);
+            b
+        });
         let mut branches = Vec::new();
         let mut slots = Vec::new();
         let mut next_slot = len + chain.len();
         let mut nodes = chain.len();
-        for b in found.into_iter().filter(|b| b[0] != chain[0]) {
+        for b in found.filter(|b| !b.is_empty() && b[0] != chain[0]) {
             if branches.len() == self.config.tree_branches || nodes + b.len() > room {
                 break;
             }

@@ -325,18 +325,14 @@ fn the_mtp_head_drafts_and_replies_equal_serial() {
         for seed in 1..3u64 {
             let req = request(40 + seed, sampled, 30 + 23 * seed as usize, 40);
             let want = serial(&target, &req);
-            for min_drafts in [0, 3] {
-                let mut b = bench_with(
-                    &target,
-                    2,
-                    drafting(min_drafts),
-                    KV_POSITIONS,
-                    |pool, blocks| {
-                        Some(Box::new(Mtp::new(target.clone(), pool, blocks)) as Box<dyn Proposer>)
-                    },
-                );
+            // Costed, forced, and forced with the head's runner-up branch (greedy requests).
+            for (mode, config) in [("", drafting(0)), ("", drafting(3)), (" trees", trees(3))] {
+                let min_drafts = config.min_drafts;
+                let mut b = bench_with(&target, 2, config, KV_POSITIONS, |pool, blocks| {
+                    Some(Box::new(Mtp::new(target.clone(), pool, blocks)) as Box<dyn Proposer>)
+                });
                 let got = run_all(&mut b, vec![(0, req.clone())]).pop().unwrap();
-                let what = format!("seed {seed} sampled {sampled} min_drafts {min_drafts}");
+                let what = format!("seed {seed} sampled {sampled} min_drafts {min_drafts}{mode}");
                 assert_same(&got, &want, &what);
                 drafted += source(&got.receipt, "mtp").0;
             }
@@ -458,4 +454,34 @@ fn a_mamba2_hybrid_keeps_the_contract() {
         checked += 1;
     }
     assert_eq!(checked, 11);
+}
+
+/// For a greedy request the head also offers its runner-up first token and the guess after it
+/// (a tree branch), once per proposal.
+#[test]
+fn the_mtp_head_offers_its_runner_up_as_a_branch() {
+    let target = tiny_with("qwen35", 75, 4, true, true);
+    let pool = Arc::new(ThreadPool::new(2));
+    let tokens = prompt(11, 30);
+    let table: Vec<u32> = (0..4).collect();
+    let mut r = ModelRunner::new(target.clone(), pool.clone(), 64, CONTEXT);
+    assert!(r.keep_hidden(true));
+    let rows: Vec<Row> = (0..29)
+        .map(|p| row(1, &table, p, tokens[p], true))
+        .collect();
+    r.forward(&rows).unwrap();
+    let mut head = Mtp::new(target.clone(), pool, 4);
+    head.hidden(1, 0, r.hidden());
+    let params = tf_engine::SamplingParams::greedy();
+    let view = seq_view(1, &tokens, &table, &[], &params);
+    let guesses = head.propose(&view, 3);
+    assert_eq!(guesses.len(), 3);
+    let branches = head.branches();
+    assert_eq!(branches.len(), 1);
+    assert_eq!(branches[0].len(), 2);
+    assert_ne!(
+        branches[0][0], guesses[0],
+        "the runner-up differs from the guess"
+    );
+    assert!(head.branches().is_empty(), "taken once");
 }

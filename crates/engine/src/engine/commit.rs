@@ -201,7 +201,12 @@ impl Engine {
             }
             if tree_nodes > 0 {
                 let tree_accepted = if via_branch.is_some() { accepted } else { 0 };
-                self.running[p.seq].count_source(SourceId::CopiesTree, tree_nodes, tree_accepted);
+                // A draft model's own branches count as its guesses; copies' as the tree's.
+                let tree = match p.source {
+                    Some(super::Source::Model(mi)) => self.models[mi].id(),
+                    _ => SourceId::CopiesTree,
+                };
+                self.running[p.seq].count_source(tree, tree_nodes, tree_accepted);
             }
             for m in &mut self.models {
                 m.commit(id, committed);

@@ -108,6 +108,12 @@ pub trait Proposer: Send {
     /// The target's final hidden states of sequence `id`'s committed positions `first..`,
     /// `d_model` values each.
     fn hidden(&mut self, _id: SeqId, _first: usize, _rows: &[f32]) {}
+    /// Other continuations the last [`propose`](Proposer::propose) found, each starting at its
+    /// first guess's position with another token (verified as tree branches beside the chain);
+    /// taken, so a second call returns none.
+    fn branches(&mut self) -> Vec<Vec<TokenId>> {
+        Vec::new()
+    }
     /// Seconds the last [`propose`](Proposer::propose) spent per guess in steady state, where
     /// the proposer can tell (a draft model leaves out catching up with the tokens committed
     /// since its last call, which a sequence pays once per use, not per guess).

@@ -33,6 +33,8 @@ pub struct Mtp {
     catch_up_secs: Option<(usize, f64)>,
     /// Output-head columns the guesses are drawn from (`None`: all).
     head: Option<Vec<std::ops::Range<usize>>>,
+    /// The last proposal's other branch (its runner-up first token and the guess after it).
+    branch: Vec<TokenId>,
 }
 
 impl Mtp {
@@ -50,6 +52,7 @@ impl Mtp {
             guess_secs: None,
             catch_up_secs: None,
             head: None,
+            branch: Vec::new(),
         }
     }
 
@@ -103,8 +106,18 @@ impl Proposer for Mtp {
         self.seqs.remove(&id);
     }
 
+    fn branches(&mut self) -> Vec<Vec<TokenId>> {
+        let b = std::mem::take(&mut self.branch);
+        if b.is_empty() {
+            Vec::new()
+        } else {
+            vec![b]
+        }
+    }
+
     fn propose(&mut self, seq: &SeqView, max: usize) -> Vec<TokenId> {
         self.catch_up_secs = None;
+        self.branch.clear();
         let n = seq.tokens.len();
         if max == 0 || n < 2 || seq.table.len() * BLOCK_SIZE < n + max {
             return Vec::new();
@@ -166,6 +179,12 @@ impl Proposer for Mtp {
         };
         let mut guesses = vec![draw(&mut self.sampler, &logits, n, &[])];
         let mut h = out[out.len() - d..].to_vec();
+        // A greedy request's tree: the runner-up first token, the head's next guess after it.
+        let runner_up = match seq.params.draws_greedy() && max >= 2 {
+            true => second_best(&logits, guesses[0]),
+            false => None,
+        };
+        let first_hidden = h.clone();
         let mut one_row = (0usize, 0f64);
         while guesses.len() < max {
             let t = std::time::Instant::now();
@@ -189,9 +208,41 @@ impl Proposer for Mtp {
             h = o;
             one_row = (one_row.0 + 1, one_row.1 + t.elapsed().as_secs_f64());
         }
+        if let Some(alt) = runner_up {
+            let row = Row {
+                token: alt,
+                pos: last,
+                seq: seq.id,
+                keep: false,
+                table: seq.table,
+                logits: true,
+                tree: None,
+            };
+            let head = self.head.as_deref();
+            let model = &self.model;
+            if let Ok((l, _)) =
+                model.forward_mtp(&self.pool, &[row], &first_hidden, &mut self.kv, head)
+            {
+                self.branch = vec![alt, greedy_token(&l)];
+            }
+        }
         let first = started.elapsed().as_secs_f64() - one_row.1;
         let per = (first / rows.len().max(1) as f64 + one_row.1) / (1 + one_row.0) as f64;
         self.guess_secs = Some(per);
         guesses
     }
+}
+
+/// The highest finite logit's token other than `best`.
+fn second_best(logits: &[f32], best: TokenId) -> Option<TokenId> {
+    let mut pick: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        if i as TokenId == best || !v.is_finite() {
+            continue;
+        }
+        if pick.is_none_or(|(_, p)| v > p) {
+            pick = Some((i, v));
+        }
+    }
+    pick.map(|(i, _)| i as TokenId)
 }
