@@ -12,10 +12,11 @@
 
 pub mod config;
 mod delta_layer;
-mod delta_weights;
 pub mod error;
 mod experts;
 pub mod families;
+mod hybrid_config;
+mod hybrid_weights;
 mod mamba_layer;
 pub mod model;
 pub mod plan;

@@ -28,7 +28,7 @@ impl Naming {
     }
 
     /// The name of layer `i`'s tensor `what` (GGUF-style), with the family's own HF names.
-    fn layer(self, i: usize, what: &str, family: &Family) -> String {
+    pub(crate) fn layer(self, i: usize, what: &str, family: &Family) -> String {
         match self {
             Naming::Gguf => format!("blk.{i}.{what}"),
             Naming::Hf => {
@@ -76,40 +76,6 @@ pub enum MixerWeights<'a> {
     DeltaNet(DeltaWeights<'a>),
     Mamba(MambaWeights<'a>),
     None,
-}
-
-/// A Mamba-2 layer: the input projection's three parts (the gate `z`, the convolution's x, B, C
-/// channels, each head's `dt`), the convolution with its bias, `-exp(A_log)`, `D` and the
-/// time-step bias per head, the grouped norm's weights, the output projection.
-pub struct MambaWeights<'a> {
-    pub z: WeightMatrix<'a>,
-    pub xbc: WeightMatrix<'a>,
-    pub dt: WeightMatrix<'a>,
-    pub out: WeightMatrix<'a>,
-    /// `channels x kernel`.
-    pub conv: Vec<f32>,
-    pub conv_bias: Vec<f32>,
-    pub rate: Vec<f32>,
-    pub d: Vec<f32>,
-    pub dt_bias: Vec<f32>,
-    pub norm: Vec<f32>,
-}
-
-/// A Gated DeltaNet layer: projections to the convolution's q, k, v channels, the output gate
-/// `z`, the write strength `b` and the decay input `a`; the convolution; the decay rate
-/// (`-exp(A_log)`) and time-step bias per value head; the gated norm over a value head; the
-/// output projection.
-pub struct DeltaWeights<'a> {
-    pub qkv: WeightMatrix<'a>,
-    pub z: WeightMatrix<'a>,
-    pub b: WeightMatrix<'a>,
-    pub a: WeightMatrix<'a>,
-    pub out: WeightMatrix<'a>,
-    /// `channels x kernel`.
-    pub conv: Vec<f32>,
-    pub rate: Vec<f32>,
-    pub dt_bias: Vec<f32>,
-    pub norm: Vec<f32>,
 }
 
 pub struct Attention<'a> {
@@ -165,6 +131,8 @@ pub struct ExpertBiases {
     pub down: Vec<f32>,
 }
 
+pub use crate::hybrid_weights::{DeltaWeights, MambaWeights, MtpWeights};
+
 pub struct Weights<'a> {
     pub embed: TensorView<'a>,
     pub norm: Vec<f32>,
@@ -177,19 +145,6 @@ pub struct Weights<'a> {
     pub rope_freqs: Option<Vec<f32>>,
     /// The multi-token-prediction head (its layer is the last of `layers`).
     pub mtp: Option<MtpWeights<'a>>,
-}
-
-/// A multi-token-prediction head (Qwen3.5, Qwen3-Next): from a token's embedding and the
-/// model's final hidden state at the position before it, one more decoder layer predicts the
-/// token after: `eh_proj([enorm(embed) | hnorm(hidden)])`, the layer, `head_norm`, the head.
-pub struct MtpWeights<'a> {
-    /// `2 d_model -> d_model`: the normed embedding first, then the normed hidden state.
-    pub eh_proj: WeightMatrix<'a>,
-    pub enorm: Vec<f32>,
-    pub hnorm: Vec<f32>,
-    pub head_norm: Vec<f32>,
-    /// Its own output head, where the file has one (else the model's).
-    pub head: Option<WeightMatrix<'a>>,
 }
 
 pub(crate) struct Binder<'a> {
@@ -601,52 +556,14 @@ impl<'a> Binder<'a> {
         })
     }
 
-    /// Block `i` of a Nemotron-H-style model: its norm, and a Mamba-2 layer, attention or a
-    /// squared-ReLU MLP.
-    fn block(
+    /// Layer `i`'s attention: q (with each head's gate, for gated attention), k, v, o, and
+    /// the family's biases, sinks and q/k norms.
+    pub(crate) fn attention(
         &self,
         naming: Naming,
         i: usize,
         cfg: &ModelConfig,
-        mc: &crate::config::MambaConfig,
-    ) -> Result<LayerWeights<'a>> {
-        use crate::config::Block;
-        let fam = cfg.family;
-        let d = cfg.d_model;
-        let n = |w: &str| naming.layer(i, w, fam);
-        let norm = self.norm(&n("attn_norm.weight"), d, false)?;
-        let (mixer, ffn) = match mc.blocks[i] {
-            Block::Mamba => (
-                MixerWeights::Mamba(self.mamba(naming, i, cfg, mc)?),
-                Ffn::None,
-            ),
-            Block::Attention => (
-                MixerWeights::Attention(self.attention(naming, i, cfg)?),
-                Ffn::None,
-            ),
-            Block::Mlp => {
-                // The block's widths: the file's per-layer list gives it; the config's widest.
-                let f = cfg.ffn_dim;
-                let ffn = Ffn::Plain {
-                    up: self.matrix(&n("ffn_up.weight"), d, f)?,
-                    down: self.matrix(&n("ffn_down.weight"), f, d)?,
-                };
-                (MixerWeights::None, ffn)
-            }
-        };
-        Ok(LayerWeights {
-            attn_norm: norm.clone(),
-            mixer,
-            ffn_norm: norm,
-            post_attn_norm: None,
-            post_ffn_norm: None,
-            ffn,
-        })
-    }
-
-    /// Layer `i`'s attention: q (with each head's gate, for gated attention), k, v, o, and
-    /// the family's biases, sinks and q/k norms.
-    fn attention(&self, naming: Naming, i: usize, cfg: &ModelConfig) -> Result<Attention<'a>> {
+    ) -> Result<Attention<'a>> {
         let fam = cfg.family;
         let n = |w: &str| naming.layer(i, w, fam);
         let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());

@@ -1,15 +1,107 @@
-//! Binding a Gated DeltaNet layer's tensors (Qwen3.5, Qwen3-Next) and a shared expert, in GGUF
-//! and Hugging Face naming. Qwen3-Next's checkpoints fuse the projections per key head
+//! Binding a hybrid model's own layers, in GGUF and Hugging Face naming: Gated DeltaNet layers
+//! and a shared expert (Qwen3.5, Qwen3-Next), Nemotron-H's one-op blocks with their Mamba-2
+//! layers, and the multi-token-prediction head. Qwen3-Next's checkpoints fuse the projections per key head
 //! (`in_proj_qkvz`: each key head's q, k, then its value heads' v and z; `in_proj_ba`: its
 //! value heads' b, then a); their rows are regrouped at load into q | k | v, z, b and a, which
 //! is what GGUF converters write.
 
 use crate::config::{DeltaConfig, ModelConfig};
 use crate::error::{ModelError, Result};
-use crate::weights::{Binder, DeltaWeights, MambaWeights, Mlp, Naming};
+use crate::weights::{Binder, Ffn, LayerWeights, MixerWeights, Mlp, Naming};
 use tf_kernels::matmul::WeightMatrix;
+use tf_weights::TensorView;
+
+/// A Mamba-2 layer: the input projection's three parts (the gate `z`, the convolution's x, B, C
+/// channels, each head's `dt`), the convolution with its bias, `-exp(A_log)`, `D` and the
+/// time-step bias per head, the grouped norm's weights, the output projection.
+pub struct MambaWeights<'a> {
+    pub z: WeightMatrix<'a>,
+    pub xbc: WeightMatrix<'a>,
+    pub dt: WeightMatrix<'a>,
+    pub out: WeightMatrix<'a>,
+    /// `channels x kernel`.
+    pub conv: Vec<f32>,
+    pub conv_bias: Vec<f32>,
+    pub rate: Vec<f32>,
+    pub d: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub norm: Vec<f32>,
+}
+
+/// A Gated DeltaNet layer: projections to the convolution's q, k, v channels, the output gate
+/// `z`, the write strength `b` and the decay input `a`; the convolution; the decay rate
+/// (`-exp(A_log)`) and time-step bias per value head; the gated norm over a value head; the
+/// output projection.
+pub struct DeltaWeights<'a> {
+    pub qkv: WeightMatrix<'a>,
+    pub z: WeightMatrix<'a>,
+    pub b: WeightMatrix<'a>,
+    pub a: WeightMatrix<'a>,
+    pub out: WeightMatrix<'a>,
+    /// `channels x kernel`.
+    pub conv: Vec<f32>,
+    pub rate: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub norm: Vec<f32>,
+}
+
+/// A multi-token-prediction head (Qwen3.5, Qwen3-Next): from a token's embedding and the
+/// model's final hidden state at the position before it, one more decoder layer predicts the
+/// token after: `eh_proj([enorm(embed) | hnorm(hidden)])`, the layer, `head_norm`, the head.
+pub struct MtpWeights<'a> {
+    /// `2 d_model -> d_model`: the normed embedding first, then the normed hidden state.
+    pub eh_proj: WeightMatrix<'a>,
+    pub enorm: Vec<f32>,
+    pub hnorm: Vec<f32>,
+    pub head_norm: Vec<f32>,
+    /// Its own output head, where the file has one (else the model's).
+    pub head: Option<WeightMatrix<'a>>,
+}
 
 impl<'a> Binder<'a> {
+    /// Block `i` of a Nemotron-H-style model: its norm, and a Mamba-2 layer, attention or a
+    /// squared-ReLU MLP.
+    pub(crate) fn block(
+        &self,
+        naming: Naming,
+        i: usize,
+        cfg: &ModelConfig,
+        mc: &crate::config::MambaConfig,
+    ) -> Result<LayerWeights<'a>> {
+        use crate::config::Block;
+        let fam = cfg.family;
+        let d = cfg.d_model;
+        let n = |w: &str| naming.layer(i, w, fam);
+        let norm = self.norm(&n("attn_norm.weight"), d, false)?;
+        let (mixer, ffn) = match mc.blocks[i] {
+            Block::Mamba => (
+                MixerWeights::Mamba(self.mamba(naming, i, cfg, mc)?),
+                Ffn::None,
+            ),
+            Block::Attention => (
+                MixerWeights::Attention(self.attention(naming, i, cfg)?),
+                Ffn::None,
+            ),
+            Block::Mlp => {
+                // The block's widths: the file's per-layer list gives it; the config's widest.
+                let f = cfg.ffn_dim;
+                let ffn = Ffn::Plain {
+                    up: self.matrix(&n("ffn_up.weight"), d, f)?,
+                    down: self.matrix(&n("ffn_down.weight"), f, d)?,
+                };
+                (MixerWeights::None, ffn)
+            }
+        };
+        Ok(LayerWeights {
+            attn_norm: norm.clone(),
+            mixer,
+            ffn_norm: norm,
+            post_attn_norm: None,
+            post_ffn_norm: None,
+            ffn,
+        })
+    }
+
     /// Layer `i`'s Gated DeltaNet weights.
     pub(crate) fn delta(
         &self,
@@ -126,15 +218,19 @@ impl<'a> Binder<'a> {
         })
     }
 
-    /// A tensor of `n` values whatever its shape (`[n]`, `[1, n]`, `[n / g, g]`), as floats.
-    fn flat(&self, name: &str, n: usize) -> Result<Vec<f32>> {
-        let t = self
-            .src
+    /// Tensor `name`, which must be there.
+    fn tensor(&self, name: &str) -> Result<TensorView<'a>> {
+        self.src
             .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor {
                 source_path: self.src.describe(),
                 name: name.to_string(),
-            })?;
+            })
+    }
+
+    /// A tensor of `n` values whatever its shape (`[n]`, `[1, n]`, `[n / g, g]`), as floats.
+    fn flat(&self, name: &str, n: usize) -> Result<Vec<f32>> {
+        let t = self.tensor(name)?;
         if t.dims.iter().product::<usize>() != n {
             return Err(ModelError::BadShape {
                 source_path: self.src.describe(),
@@ -149,13 +245,7 @@ impl<'a> Binder<'a> {
     /// A depthwise convolution's taps, `channels x kernel` (GGUF `[kernel, channels]`, HF
     /// `[channels, 1, kernel]`).
     fn conv(&self, name: &str, channels: usize, kernel: usize) -> Result<Vec<f32>> {
-        let t = self
-            .src
-            .tensor(name)
-            .ok_or_else(|| ModelError::MissingTensor {
-                source_path: self.src.describe(),
-                name: name.to_string(),
-            })?;
+        let t = self.tensor(name)?;
         let ok = t.dims.first() == Some(&kernel)
             && t.dims.last() == Some(&channels)
             && t.dims.iter().product::<usize>() == kernel * channels;
@@ -239,13 +329,7 @@ impl<'a> Binder<'a> {
             )?,
         };
         let gate = name("ffn_gate_inp_shexp.weight", "shared_expert_gate.weight");
-        let t = self
-            .src
-            .tensor(&gate)
-            .ok_or_else(|| ModelError::MissingTensor {
-                source_path: self.src.describe(),
-                name: gate.clone(),
-            })?;
+        let t = self.tensor(&gate)?;
         if t.dims.iter().product::<usize>() != d || t.dims.first() != Some(&d) {
             return Err(ModelError::BadShape {
                 source_path: self.src.describe(),
