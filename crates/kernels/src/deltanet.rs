@@ -22,6 +22,22 @@ use crate::canon;
 use crate::pool::{SharedOut, ThreadPool};
 use tf_core::SplitMix64;
 
+/// Defines `unsafe fn $name(args)`, the safe function `$body` compiled with the target features
+/// `$features` (x86-64 only): the same operations, wider instructions. Callers check the
+/// features first.
+macro_rules! compiled_with {
+    ($(#[$doc:meta])* $features:literal, fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $body:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name($($arg: $ty),*) {
+            $body($($arg),*)
+        }
+    };
+}
+pub(crate) use compiled_with;
+
 /// A layer's head layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeltaShape {
@@ -128,20 +144,19 @@ pub fn short_conv_bias(
     short_conv_body(w, bias, kernel, state, x, out);
 }
 
-/// [`short_conv_bias`] compiled with FMA instructions: `mul_add` becomes one instruction
-/// instead of a library call (a fused multiply-add is one correctly rounded operation either
-/// way).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn short_conv_fma(
-    w: &[f32],
-    bias: Option<&[f32]>,
-    kernel: usize,
-    state: &mut [f32],
-    x: &[f32],
-    out: &mut [f32],
-) {
-    short_conv_body(w, bias, kernel, state, x, out);
+compiled_with! {
+    /// [`short_conv_bias`] compiled with FMA instructions: `mul_add` becomes one instruction
+    /// instead of a library call (a fused multiply-add is one correctly rounded operation either
+    /// way).
+    "avx2,fma",
+    fn short_conv_fma(
+        w: &[f32],
+        bias: Option<&[f32]>,
+        kernel: usize,
+        state: &mut [f32],
+        x: &[f32],
+        out: &mut [f32],
+    ) => short_conv_body
 }
 
 /// 0: no FMA; 1: AVX2 + FMA; 2: AVX-512F too.
@@ -257,39 +272,35 @@ pub fn delta_rule(
     });
 }
 
-/// [`step`] compiled with AVX2 and FMA: the same scalar operations per value lane, eight lanes
-/// an instruction.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn step_fma(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: f32,
-    beta: f32,
-    kv: &mut [f32],
-    o: &mut [f32],
-) {
-    step(s, q, k, v, g, beta, kv, o);
+compiled_with! {
+    /// [`step`] compiled with AVX2 and FMA: the same scalar operations per value lane, eight
+    /// lanes an instruction.
+    "avx2,fma",
+    fn step_fma(
+        s: &mut [f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        g: f32,
+        beta: f32,
+        kv: &mut [f32],
+        o: &mut [f32],
+    ) => step
 }
 
-/// [`step`] compiled with AVX-512: sixteen lanes an instruction.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn step_avx512(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: f32,
-    beta: f32,
-    kv: &mut [f32],
-    o: &mut [f32],
-) {
-    step(s, q, k, v, g, beta, kv, o);
+compiled_with! {
+    /// [`step`] compiled with AVX-512: sixteen lanes an instruction.
+    "avx512f,avx2,fma",
+    fn step_avx512(
+        s: &mut [f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        g: f32,
+        beta: f32,
+        kv: &mut [f32],
+        o: &mut [f32],
+    ) => step
 }
 
 /// One token of one value head (module docs).

@@ -111,32 +111,16 @@ pub fn ssd(
     });
 }
 
-/// [`step`] compiled with AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn step_fma(
-    s: &mut [f32],
-    x: &[f32],
-    b: &[f32],
-    c: &[f32],
-    coef: (f32, f32, f32),
-    y: &mut [f32],
-) {
-    step(s, x, b, c, coef, y);
+crate::deltanet::compiled_with! {
+    /// [`step`] compiled with AVX2 and FMA.
+    "avx2,fma",
+    fn step_fma(s: &mut [f32], x: &[f32], b: &[f32], c: &[f32], coef: (f32, f32, f32), y: &mut [f32]) => step
 }
 
-/// [`step`] compiled with AVX-512.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn step_avx512(
-    s: &mut [f32],
-    x: &[f32],
-    b: &[f32],
-    c: &[f32],
-    coef: (f32, f32, f32),
-    y: &mut [f32],
-) {
-    step(s, x, b, c, coef, y);
+crate::deltanet::compiled_with! {
+    /// [`step`] compiled with AVX-512.
+    "avx512f,avx2,fma",
+    fn step_avx512(s: &mut [f32], x: &[f32], b: &[f32], c: &[f32], coef: (f32, f32, f32), y: &mut [f32]) => step
 }
 
 /// One token of one head (module docs): each state row `p` is decayed, updated and read in one
